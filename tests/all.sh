@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Every test rocs has, from a clean checkout: formatting, lints, the workspace's unit and
+# integration tests (closed loop in simulation, CLI and daemon end to end, real perf
+# plumbing), and the kernel module inside a real Linux kernel under qemu (tests/vm/).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n==> %s\n' "$*"; }
+
+# System packages some tests drive for real (valgrind/cachegrind for the simulator's
+# fidelity test, perf for the perf.data import test). Installed only when missing.
+need=()
+command -v valgrind >/dev/null || need+=(valgrind)
+command -v perf >/dev/null || need+=(linux-perf)
+command -v xz >/dev/null || need+=(xz-utils)
+if [ ${#need[@]} -gt 0 ]; then
+    step "installing ${need[*]}"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+step "cargo fmt --check"
+cargo fmt --all -- --check
+step "cargo clippy -D warnings"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+step "cargo test"
+cargo test --workspace --locked
+
+if [ -x tests/vm/run.sh ]; then
+    step "kernel module in a real kernel (tests/vm/run.sh)"
+    tests/vm/run.sh
+fi
+step "all tests passed"
