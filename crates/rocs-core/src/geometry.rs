@@ -17,7 +17,8 @@ pub struct CacheGeometry {
     pub sets_per_slice: u64,
     /// Associativity.
     pub ways: u64,
-    /// Number of slices (1 for an unsliced cache).
+    /// Number of slices (1 for an unsliced cache; need not be a power of two: a slice hash
+    /// spreads lines over them).
     pub slices: u64,
     /// Bytes per page (the unit the OS maps).
     pub page_size: u64,
@@ -30,6 +31,8 @@ pub enum GeometryError {
     NotPowerOfTwo { field: &'static str, value: u64 },
     #[error("ways must be at least 1, got {0}")]
     NoWays(u64),
+    #[error("slices must be at least 1, got {0}")]
+    NoSlices(u64),
     #[error("page size {page} is smaller than the line size {line}")]
     PageSmallerThanLine { page: u64, line: u64 },
     #[error("cache size {size} is not ways * sets * line * slices for any power-of-two sets")]
@@ -80,7 +83,6 @@ impl CacheGeometry {
         for (field, value) in [
             ("line_size", self.line_size),
             ("sets_per_slice", self.sets_per_slice),
-            ("slices", self.slices),
             ("page_size", self.page_size),
         ] {
             if value == 0 || !value.is_power_of_two() {
@@ -89,6 +91,9 @@ impl CacheGeometry {
         }
         if self.ways == 0 {
             return Err(GeometryError::NoWays(self.ways));
+        }
+        if self.slices == 0 {
+            return Err(GeometryError::NoSlices(self.slices));
         }
         if self.page_size < self.line_size {
             return Err(GeometryError::PageSmallerThanLine {
