@@ -1,0 +1,1 @@
+//! Client of the kernel shim `/dev/rocs_shim` (being built).
