@@ -1,0 +1,39 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/* Internal interfaces between the parts of rocs_shim.ko. */
+#ifndef ROCS_SHIM_INTERNAL_H
+#define ROCS_SHIM_INTERNAL_H
+
+#include <linux/list.h>
+#include <linux/mm.h>
+#include <linux/types.h>
+
+#include "include/uapi/rocs_shim.h"
+
+/*
+ * Frames sorted by colour. The stash keeps at most per_colour_limit frames of each colour
+ * so that a request for a colour is usually served without touching the page allocator;
+ * the frames that do not fit are given back at once. All fields are protected by the
+ * module's mutex.
+ */
+struct rocs_pool {
+	unsigned int colours;		/* power of two */
+	unsigned long limit;		/* most frames held in total */
+	unsigned long per_colour_limit;	/* limit / colours */
+	unsigned long held;		/* frames held now */
+	u64 allocated;			/* frames taken from the page allocator */
+	u64 released;			/* stash frames given back unused */
+	unsigned long count[ROCS_SHIM_MAX_COLOURS];
+	struct list_head frames[ROCS_SHIM_MAX_COLOURS];
+};
+
+static inline unsigned int rocs_colour_of(const struct rocs_pool *pool, struct page *page)
+{
+	return page_to_pfn(page) & (pool->colours - 1);
+}
+
+void rocs_pool_init(struct rocs_pool *pool, unsigned int colours, unsigned long limit);
+void rocs_pool_drain(struct rocs_pool *pool);
+struct page *rocs_pool_take(struct rocs_pool *pool, const unsigned long *wanted,
+			    unsigned int *cursor);
+
+#endif

@@ -1,0 +1,595 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * rocs_shim: moves pages of a running process onto frames of chosen cache colours.
+ *
+ * rocs (the daemon) confines the pages that pollute the last-level cache to the frames of
+ * a few reserved colours, the pollute buffer. This module does the moving, through the
+ * device /dev/rocs_shim (see include/uapi/rocs_shim.h for the ABI).
+ *
+ * Mechanism: only exported symbols. A range of the target's address space is isolated and
+ * unmapped by migrate_vma_setup(MIGRATE_VMA_SELECT_SYSTEM), which leaves migration entries
+ * in the page tables; the module copies each page into a frame of a wanted colour, and
+ * migrate_vma_pages + migrate_vma_finalize install the new frames. A target thread that
+ * touches a page in between waits on its migration entry, so no write is lost.
+ */
+#include <linux/capability.h>
+#include <linux/cred.h>
+#include <linux/highmem.h>
+#include <linux/migrate.h>
+#include <linux/miscdevice.h>
+#include <linux/mm.h>
+#include <linux/mmap_lock.h>
+#include <linux/module.h>
+#include <linux/mutex.h>
+#include <linux/pid.h>
+#include <linux/sched/coredump.h>
+#include <linux/sched/mm.h>
+#include <linux/sched/signal.h>
+#include <linux/sched/task.h>
+#include <linux/slab.h>
+#include <linux/sort.h>
+#include <linux/uaccess.h>
+
+#include "rocs_shim.h"
+
+/* Pages handed to one migrate_vma_setup; bounds the time a range stays unmapped. */
+#define ROCS_BATCH 128
+
+static unsigned int colours = 32;
+module_param(colours, uint, 0444);
+MODULE_PARM_DESC(colours, "cache colours (LLC sets per slice * line size / page size), a power of two; CONFIGURE overrides");
+
+static unsigned long pool_limit = 16384;
+module_param(pool_limit, ulong, 0444);
+MODULE_PARM_DESC(pool_limit, "most frames kept in the per-colour stash; CONFIGURE overrides");
+
+/* Everything below is protected by rocs_mutex; ioctls run one at a time. */
+static DEFINE_MUTEX(rocs_mutex);
+static struct rocs_pool rocs_pool;
+static DECLARE_BITMAP(rocs_pollute, ROCS_SHIM_MAX_COLOURS);
+static DECLARE_BITMAP(rocs_ordinary, ROCS_SHIM_MAX_COLOURS);
+static struct {
+	u64 migrated_pollute;
+	u64 migrated_restore;
+	u64 already_placed;
+	u64 failures[ROCS_SHIM_FAIL_NR];
+} rocs_stats;
+
+static const int rocs_fail_errno[ROCS_SHIM_FAIL_NR] = {
+	[ROCS_SHIM_FAIL_UNMAPPED] = EFAULT,
+	[ROCS_SHIM_FAIL_NOT_PRESENT] = ENOENT,
+	[ROCS_SHIM_FAIL_SHARED] = EACCES,
+	[ROCS_SHIM_FAIL_UNSUPPORTED] = EOPNOTSUPP,
+	[ROCS_SHIM_FAIL_BUSY] = EBUSY,
+	[ROCS_SHIM_FAIL_NOMEM] = ENOMEM,
+};
+
+static s32 rocs_fail(unsigned int reason)
+{
+	rocs_stats.failures[reason]++;
+	return -rocs_fail_errno[reason];
+}
+
+/* Pollute colours are the mask; ordinary colours are the other colours in use. */
+static void rocs_set_colours(unsigned int ncolours, const unsigned long *pollute)
+{
+	bitmap_copy(rocs_pollute, pollute, ROCS_SHIM_MAX_COLOURS);
+	bitmap_zero(rocs_ordinary, ROCS_SHIM_MAX_COLOURS);
+	bitmap_complement(rocs_ordinary, rocs_pollute, ncolours);
+}
+
+/*
+ * The access check move_pages(2) makes (ptrace_may_access with
+ * PTRACE_MODE_READ_REALCREDS), rebuilt from what 6.1 exports to modules: the caller's real
+ * uid and gid must match every uid and gid of the target, or the caller must have
+ * CAP_SYS_PTRACE in the target's user namespace; and a target that is not dumpable needs
+ * CAP_SYS_PTRACE in its mm's user namespace. The LSM hook of ptrace_may_access
+ * (security_ptrace_access_check) is not exported and cannot be called from a module.
+ */
+static int rocs_may_access(struct task_struct *task, struct mm_struct *mm)
+{
+	const struct cred *cred = current_cred(), *tcred;
+	bool allowed;
+
+	if (same_thread_group(task, current))
+		return 0;
+	rcu_read_lock();
+	tcred = __task_cred(task);
+	allowed = (uid_eq(cred->uid, tcred->euid) && uid_eq(cred->uid, tcred->suid) &&
+		   uid_eq(cred->uid, tcred->uid) && gid_eq(cred->gid, tcred->egid) &&
+		   gid_eq(cred->gid, tcred->sgid) && gid_eq(cred->gid, tcred->gid)) ||
+		  ns_capable(tcred->user_ns, CAP_SYS_PTRACE);
+	rcu_read_unlock();
+	if (!allowed)
+		return -EPERM;
+	if (get_dumpable(mm) != SUID_DUMP_USER && !ns_capable(mm->user_ns, CAP_SYS_PTRACE))
+		return -EPERM;
+	return 0;
+}
+
+/* The target's mm, after the access check; an ERR_PTR otherwise. */
+static struct mm_struct *rocs_target_mm(u32 pid)
+{
+	struct task_struct *task;
+	struct mm_struct *mm;
+	int err;
+
+	if (pid == 0) {
+		task = current;
+		get_task_struct(task);
+	} else {
+		struct pid *p;
+
+		if (pid > PID_MAX_LIMIT)
+			return ERR_PTR(-ESRCH);
+		p = find_get_pid(pid);
+		if (!p)
+			return ERR_PTR(-ESRCH);
+		task = get_pid_task(p, PIDTYPE_PID);
+		put_pid(p);
+		if (!task)
+			return ERR_PTR(-ESRCH);
+	}
+	mm = get_task_mm(task);
+	if (!mm) {
+		/* A kernel thread, or a task that has already released its memory. */
+		put_task_struct(task);
+		return ERR_PTR(-ESRCH);
+	}
+	err = rocs_may_access(task, mm);
+	put_task_struct(task);
+	if (err) {
+		mmput(mm);
+		return ERR_PTR(err);
+	}
+	return mm;
+}
+
+/* Why the pages of @vma cannot move, as a ROCS_SHIM_FAIL_* reason, or -1 if they can. */
+static int rocs_vma_unsuitable(struct vm_area_struct *vma)
+{
+	if (vma->vm_flags & VM_SHARED)
+		return ROCS_SHIM_FAIL_SHARED;
+	if (!vma_is_anonymous(vma) || (vma->vm_flags & VM_SPECIAL) ||
+	    is_vm_hugetlb_page(vma) || vma_is_dax(vma))
+		return ROCS_SHIM_FAIL_UNSUPPORTED;
+	return -1;
+}
+
+/* One requested page: its address and where its status goes. */
+struct rocs_entry {
+	u64 addr;
+	u32 index;
+	u32 pad;
+};
+
+static int rocs_entry_cmp(const void *a, const void *b)
+{
+	const struct rocs_entry *x = a, *y = b;
+
+	if (x->addr != y->addr)
+		return x->addr < y->addr ? -1 : 1;
+	return x->index < y->index ? -1 : (x->index > y->index);
+}
+
+struct rocs_call {
+	struct mm_struct *mm;
+	bool migrate;
+	const unsigned long *wanted;	/* colours a page may end on */
+	bool to_pollute;
+	unsigned int cursor;
+	u64 moved;
+	unsigned long src[ROCS_BATCH];
+	unsigned long dst[ROCS_BATCH];
+	s32 result[ROCS_BATCH];
+};
+
+/* Move the pages of [start, start + npages) in @vma; result[k] for page k. */
+static void rocs_migrate_run(struct rocs_call *call, struct vm_area_struct *vma,
+			     unsigned long start, unsigned int npages)
+{
+	struct migrate_vma args = {
+		.vma = vma,
+		.src = call->src,
+		.dst = call->dst,
+		.start = start,
+		.end = start + ((unsigned long)npages << PAGE_SHIFT),
+		.flags = MIGRATE_VMA_SELECT_SYSTEM,
+	};
+	unsigned int k;
+
+	memset(call->dst, 0, sizeof(call->dst[0]) * npages);
+	if (migrate_vma_setup(&args)) {
+		for (k = 0; k < npages; k++)
+			call->result[k] = rocs_fail(ROCS_SHIM_FAIL_BUSY);
+		return;
+	}
+
+	for (k = 0; k < npages; k++) {
+		unsigned long src = call->src[k];
+		struct page *page = migrate_pfn_to_page(src);
+		struct page *frame;
+		unsigned int colour;
+
+		call->dst[k] = 0;
+		if (!(src & MIGRATE_PFN_MIGRATE)) {
+			/* Not collected or not unmapped: a swap or migration entry, a locked or
+			 * pinned page, or a huge page the kernel could not split. */
+			call->result[k] = rocs_fail(ROCS_SHIM_FAIL_BUSY);
+			continue;
+		}
+		if (!page) {
+			/* A hole or the zero page; move_pages(2) says ENOENT there too. */
+			call->result[k] = rocs_fail(ROCS_SHIM_FAIL_NOT_PRESENT);
+			continue;
+		}
+		if (PageKsm(page)) {
+			call->result[k] = rocs_fail(ROCS_SHIM_FAIL_UNSUPPORTED);
+			continue;
+		}
+		colour = rocs_colour_of(&rocs_pool, page);
+		if (test_bit(colour, call->wanted)) {
+			rocs_stats.already_placed++;
+			call->result[k] = colour;
+			continue;
+		}
+		frame = rocs_pool_take(&rocs_pool, call->wanted, &call->cursor);
+		if (!frame) {
+			call->result[k] = rocs_fail(ROCS_SHIM_FAIL_NOMEM);
+			continue;
+		}
+		/* The source is unmapped and locked now: its contents are stable. */
+		lock_page(frame);
+		copy_highpage(frame, page);
+		call->dst[k] = migrate_pfn(page_to_pfn(frame));
+		if (src & MIGRATE_PFN_WRITE)
+			call->dst[k] |= MIGRATE_PFN_WRITE;
+	}
+
+	migrate_vma_pages(&args);
+
+	for (k = 0; k < npages; k++) {
+		struct page *frame = migrate_pfn_to_page(call->dst[k]);
+
+		if (!frame)
+			continue;
+		if (call->src[k] & MIGRATE_PFN_MIGRATE) {
+			call->result[k] = rocs_colour_of(&rocs_pool, frame);
+			call->moved++;
+			if (call->to_pollute)
+				rocs_stats.migrated_pollute++;
+			else
+				rocs_stats.migrated_restore++;
+		} else {
+			/* migrate_vma_finalize gives the unused frame back to the allocator. */
+			call->result[k] = rocs_fail(ROCS_SHIM_FAIL_BUSY);
+		}
+	}
+
+	migrate_vma_finalize(&args);
+}
+
+/* The colour of each page of [start, start + npages) in @vma now, without faulting. */
+static void rocs_query_run(struct rocs_call *call, struct vm_area_struct *vma,
+			   unsigned long start, unsigned int npages)
+{
+	unsigned int k;
+
+	for (k = 0; k < npages; k++) {
+		struct page *page;
+		long got;
+
+		got = get_user_pages_remote(call->mm, start + ((unsigned long)k << PAGE_SHIFT), 1,
+					    FOLL_NOFAULT, &page, NULL, NULL);
+		if (got != 1) {
+			call->result[k] = -ENOENT;
+			continue;
+		}
+		call->result[k] = is_zero_pfn(page_to_pfn(page)) ?
+					  -ENOENT : (s32)rocs_colour_of(&rocs_pool, page);
+		put_page(page);
+	}
+}
+
+/*
+ * Walk the requested pages in address order, in runs of consecutive pages of one mapping
+ * (at most ROCS_BATCH), and write each page's status. Called with the mmap lock unlocked;
+ * takes it for reading, and drops it between runs when others need the CPU.
+ */
+static int rocs_walk(struct rocs_call *call, struct rocs_entry *entries, u64 count,
+		     s32 *status)
+{
+	u64 i = 0, j;
+
+	mmap_read_lock(call->mm);
+	while (i < count) {
+		unsigned long start = entries[i].addr;
+		struct vm_area_struct *vma;
+		unsigned int npages;
+		int reason;
+
+		vma = find_vma(call->mm, start);
+		if (!vma || start < vma->vm_start) {
+			status[entries[i].index] =
+				call->migrate ? rocs_fail(ROCS_SHIM_FAIL_UNMAPPED) : -EFAULT;
+			i++;
+			continue;
+		}
+		reason = rocs_vma_unsuitable(vma);
+		if (reason >= 0 && call->migrate) {
+			status[entries[i].index] = rocs_fail(reason);
+			i++;
+			continue;
+		}
+
+		/* Extend the run over duplicates and the next page, within the mapping. */
+		npages = 1;
+		for (j = i + 1; j < count; j++) {
+			u64 addr = entries[j].addr;
+			u64 next = start + ((u64)npages << PAGE_SHIFT);
+
+			if (addr == next - PAGE_SIZE)
+				continue;
+			if (addr != next || addr >= vma->vm_end || npages == ROCS_BATCH)
+				break;
+			npages++;
+		}
+
+		if (call->migrate)
+			rocs_migrate_run(call, vma, start, npages);
+		else
+			rocs_query_run(call, vma, start, npages);
+		for (; i < j; i++)
+			status[entries[i].index] =
+				call->result[(entries[i].addr - start) >> PAGE_SHIFT];
+
+		if (need_resched() || fatal_signal_pending(current)) {
+			mmap_read_unlock(call->mm);
+			if (fatal_signal_pending(current))
+				return -EINTR;
+			cond_resched();
+			mmap_read_lock(call->mm);
+		}
+	}
+	mmap_read_unlock(call->mm);
+	return 0;
+}
+
+static long rocs_ioctl_pages(void __user *argp, bool migrate)
+{
+	struct rocs_shim_pages req;
+	struct rocs_entry *entries = NULL;
+	struct rocs_call *call = NULL;
+	u64 __user *uaddrs;
+	s32 __user *ustatus;
+	s32 *status = NULL;
+	u64 i;
+	long err;
+
+	if (copy_from_user(&req, argp, sizeof(req)))
+		return -EFAULT;
+	if (req.flags || req.count == 0 || req.count > ROCS_SHIM_MAX_PAGES)
+		return -EINVAL;
+	if (migrate ? (req.placement != ROCS_SHIM_POLLUTE &&
+		       req.placement != ROCS_SHIM_RESTORE) : req.placement != 0)
+		return -EINVAL;
+	uaddrs = u64_to_user_ptr(req.addrs);
+	ustatus = u64_to_user_ptr(req.status);
+
+	entries = kvmalloc_array(req.count, sizeof(*entries), GFP_KERNEL);
+	status = kvmalloc_array(req.count, sizeof(*status), GFP_KERNEL);
+	call = kzalloc(sizeof(*call), GFP_KERNEL);
+	err = -ENOMEM;
+	if (!entries || !status || !call)
+		goto out;
+
+	err = -EFAULT;
+	for (i = 0; i < req.count; i++) {
+		if (get_user(entries[i].addr, uaddrs + i))
+			goto out;
+		entries[i].index = i;
+		entries[i].pad = 0;
+	}
+	err = -EINVAL;
+	for (i = 0; i < req.count; i++)
+		if (entries[i].addr & ~PAGE_MASK)
+			goto out;
+	/* Fail on an unwritable status array before anything has moved. */
+	err = -EFAULT;
+	if (clear_user(ustatus, req.count * sizeof(*status)))
+		goto out;
+
+	call->mm = rocs_target_mm(req.pid);
+	if (IS_ERR(call->mm)) {
+		err = PTR_ERR(call->mm);
+		goto out;
+	}
+	call->migrate = migrate;
+	call->to_pollute = req.placement == ROCS_SHIM_POLLUTE;
+	call->wanted = call->to_pollute ? rocs_pollute : rocs_ordinary;
+
+	sort(entries, req.count, sizeof(*entries), rocs_entry_cmp, NULL);
+
+	err = rocs_walk(call, entries, req.count, status);
+	mmput(call->mm);
+	if (err)
+		goto out;
+
+	err = -EFAULT;
+	if (copy_to_user(ustatus, status, req.count * sizeof(*status)))
+		goto out;
+	req.moved = call->moved;
+	if (copy_to_user(argp, &req, sizeof(req)))
+		goto out;
+	err = 0;
+out:
+	kfree(call);
+	kvfree(status);
+	kvfree(entries);
+	return err;
+}
+
+static long rocs_ioctl_info(void __user *argp)
+{
+	struct rocs_shim_info info = {
+		.abi_version = ROCS_SHIM_ABI_VERSION,
+		.page_shift = PAGE_SHIFT,
+		.colours = rocs_pool.colours,
+		.max_colours = ROCS_SHIM_MAX_COLOURS,
+		.max_pages = ROCS_SHIM_MAX_PAGES,
+		.pool_limit = rocs_pool.limit,
+		.pool_frames = rocs_pool.held,
+	};
+
+	bitmap_to_arr64(info.pollute_mask, rocs_pollute, ROCS_SHIM_MAX_COLOURS);
+	return copy_to_user(argp, &info, sizeof(info)) ? -EFAULT : 0;
+}
+
+static long rocs_ioctl_configure(void __user *argp)
+{
+	struct rocs_shim_config cfg;
+	DECLARE_BITMAP(mask, ROCS_SHIM_MAX_COLOURS);
+
+	if (copy_from_user(&cfg, argp, sizeof(cfg)))
+		return -EFAULT;
+	if (cfg.reserved || cfg.colours < 2 || cfg.colours > ROCS_SHIM_MAX_COLOURS ||
+	    !is_power_of_2(cfg.colours) || cfg.pool_limit > ROCS_SHIM_MAX_POOL_LIMIT)
+		return -EINVAL;
+	bitmap_from_arr64(mask, cfg.pollute_mask, ROCS_SHIM_MAX_COLOURS);
+	/* Non-empty, inside the colours in use, and leaving an ordinary colour for Restore. */
+	if (bitmap_empty(mask, cfg.colours) ||
+	    find_next_bit(mask, ROCS_SHIM_MAX_COLOURS, cfg.colours) < ROCS_SHIM_MAX_COLOURS ||
+	    bitmap_full(mask, cfg.colours))
+		return -EINVAL;
+
+	/* The stash is sorted by the old geometry: give it back and start again. */
+	rocs_pool_drain(&rocs_pool);
+	rocs_pool_init(&rocs_pool, cfg.colours, cfg.pool_limit);
+	rocs_set_colours(cfg.colours, mask);
+	return 0;
+}
+
+static long rocs_ioctl_stats(void __user *argp)
+{
+	struct rocs_shim_stats *st;
+	unsigned int c;
+	long err;
+
+	st = kzalloc(sizeof(*st), GFP_KERNEL);
+	if (!st)
+		return -ENOMEM;
+	st->migrated_pollute = rocs_stats.migrated_pollute;
+	st->migrated_restore = rocs_stats.migrated_restore;
+	st->already_placed = rocs_stats.already_placed;
+	memcpy(st->failures, rocs_stats.failures, sizeof(st->failures));
+	st->frames_allocated = rocs_pool.allocated;
+	st->frames_released = rocs_pool.released;
+	st->pool_frames = rocs_pool.held;
+	st->colours = rocs_pool.colours;
+	for (c = 0; c < rocs_pool.colours; c++)
+		st->held_by_colour[c] = rocs_pool.count[c];
+	err = copy_to_user(argp, st, sizeof(*st)) ? -EFAULT : 0;
+	kfree(st);
+	return err;
+}
+
+static long rocs_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
+{
+	void __user *argp = (void __user *)arg;
+	long err;
+
+	if (!capable(CAP_SYS_ADMIN))
+		return -EPERM;
+
+	switch (cmd) {
+	case ROCS_SHIM_IOC_INFO:
+	case ROCS_SHIM_IOC_CONFIGURE:
+	case ROCS_SHIM_IOC_MIGRATE:
+	case ROCS_SHIM_IOC_QUERY:
+	case ROCS_SHIM_IOC_STATS:
+		break;
+	default:
+		return -ENOTTY;
+	}
+
+	if (mutex_lock_interruptible(&rocs_mutex))
+		return -EINTR;
+	switch (cmd) {
+	case ROCS_SHIM_IOC_INFO:
+		err = rocs_ioctl_info(argp);
+		break;
+	case ROCS_SHIM_IOC_CONFIGURE:
+		err = rocs_ioctl_configure(argp);
+		break;
+	case ROCS_SHIM_IOC_MIGRATE:
+		err = rocs_ioctl_pages(argp, true);
+		break;
+	case ROCS_SHIM_IOC_QUERY:
+		err = rocs_ioctl_pages(argp, false);
+		break;
+	default:
+		err = rocs_ioctl_stats(argp);
+		break;
+	}
+	mutex_unlock(&rocs_mutex);
+	return err;
+}
+
+static const struct file_operations rocs_fops = {
+	.owner = THIS_MODULE,
+	.unlocked_ioctl = rocs_ioctl,
+	.compat_ioctl = compat_ptr_ioctl,
+	.llseek = noop_llseek,
+};
+
+static struct miscdevice rocs_dev = {
+	.minor = MISC_DYNAMIC_MINOR,
+	.name = "rocs_shim",
+	.fops = &rocs_fops,
+	.mode = 0600,
+};
+
+static int __init rocs_init(void)
+{
+	DECLARE_BITMAP(mask, ROCS_SHIM_MAX_COLOURS);
+	int err;
+
+	if (colours < 2 || colours > ROCS_SHIM_MAX_COLOURS || !is_power_of_2(colours)) {
+		pr_err("rocs_shim: colours=%u: need a power of two from 2 to %u\n", colours,
+		       ROCS_SHIM_MAX_COLOURS);
+		return -EINVAL;
+	}
+	if (pool_limit > ROCS_SHIM_MAX_POOL_LIMIT) {
+		pr_err("rocs_shim: pool_limit=%lu: at most %llu\n", pool_limit,
+		       ROCS_SHIM_MAX_POOL_LIMIT);
+		return -EINVAL;
+	}
+	rocs_pool_init(&rocs_pool, colours, pool_limit);
+	/* Until the daemon configures it, the pollute buffer is colour 0. */
+	bitmap_zero(mask, ROCS_SHIM_MAX_COLOURS);
+	set_bit(0, mask);
+	rocs_set_colours(colours, mask);
+
+	err = misc_register(&rocs_dev);
+	if (err)
+		return err;
+	pr_info("rocs_shim: ABI %u, %u colours, stash of at most %lu frames\n",
+		ROCS_SHIM_ABI_VERSION, colours, pool_limit);
+	return 0;
+}
+
+static void __exit rocs_exit(void)
+{
+	misc_deregister(&rocs_dev);
+	mutex_lock(&rocs_mutex);
+	rocs_pool_drain(&rocs_pool);
+	mutex_unlock(&rocs_mutex);
+}
+
+module_init(rocs_init);
+module_exit(rocs_exit);
+
+MODULE_LICENSE("GPL");
+MODULE_AUTHOR("rocs");
+MODULE_DESCRIPTION("rocs: colour-aware page migration for the pollute buffer");
+MODULE_VERSION("1");

@@ -1,0 +1,133 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * rocs_shim: frames of a wanted colour.
+ *
+ * The page allocator knows nothing of colours, so frames of a colour are found by
+ * allocating and sorting. A naturally aligned block of 2^k frames with 2^k == colours
+ * holds exactly one frame of every colour, so one block always yields a frame of any
+ * wanted colour; the rest of the block goes to the per-colour stash (bounded) or back to
+ * the allocator.
+ */
+#include <linux/gfp.h>
+#include <linux/log2.h>
+#include <linux/mm.h>
+
+#include "rocs_shim.h"
+
+/* Stash frames are held by the module, not by a process: keep them out of movable
+ * pageblocks (and CMA), and never retry hard or warn: a short pool is a per-page ENOMEM. */
+#define ROCS_GFP (GFP_HIGHUSER | __GFP_NOWARN | __GFP_NORETRY)
+
+/* Bounded work per frame asked for; beyond it the request gets ENOMEM. */
+#define ROCS_BLOCK_TRIES 4
+
+void rocs_pool_init(struct rocs_pool *pool, unsigned int colours, unsigned long limit)
+{
+	unsigned int c;
+
+	pool->colours = colours;
+	pool->limit = limit;
+	pool->per_colour_limit = limit / colours;
+	pool->held = 0;
+	for (c = 0; c < ROCS_SHIM_MAX_COLOURS; c++) {
+		pool->count[c] = 0;
+		INIT_LIST_HEAD(&pool->frames[c]);
+	}
+}
+
+/* Give every stashed frame back to the page allocator. */
+void rocs_pool_drain(struct rocs_pool *pool)
+{
+	struct page *page, *next;
+	unsigned int c;
+
+	for (c = 0; c < ROCS_SHIM_MAX_COLOURS; c++) {
+		list_for_each_entry_safe(page, next, &pool->frames[c], lru) {
+			list_del(&page->lru);
+			__free_page(page);
+			pool->released++;
+		}
+		pool->count[c] = 0;
+	}
+	pool->held = 0;
+}
+
+/* Keep a frame we own (refcount 1, not on any list) if its colour has room, else free it. */
+static void rocs_pool_put(struct rocs_pool *pool, struct page *page)
+{
+	unsigned int c = rocs_colour_of(pool, page);
+
+	if (pool->count[c] < pool->per_colour_limit) {
+		list_add(&page->lru, &pool->frames[c]);
+		pool->count[c]++;
+		pool->held++;
+	} else {
+		__free_page(page);
+		pool->released++;
+	}
+}
+
+static struct page *rocs_pool_pop(struct rocs_pool *pool, unsigned int c)
+{
+	struct page *page = list_first_entry(&pool->frames[c], struct page, lru);
+
+	list_del_init(&page->lru);
+	pool->count[c]--;
+	pool->held--;
+	return page;
+}
+
+/*
+ * A frame of one of the colours set in @wanted (a bitmap of pool->colours bits), or NULL
+ * when none could be found within bounded work. Stashed frames are handed out round robin
+ * over the wanted colours (@cursor keeps the place) so that a range spreads over all of
+ * them. The caller owns the frame (refcount 1).
+ */
+struct page *rocs_pool_take(struct rocs_pool *pool, const unsigned long *wanted,
+			    unsigned int *cursor)
+{
+	unsigned int order = ilog2(pool->colours);
+	unsigned int i, c, tries;
+	struct page *block, *got;
+
+	for (i = 0; i < pool->colours; i++) {
+		c = (*cursor + i) & (pool->colours - 1);
+		if (test_bit(c, wanted) && pool->count[c]) {
+			*cursor = c + 1;
+			return rocs_pool_pop(pool, c);
+		}
+	}
+
+	for (tries = 0; tries < ROCS_BLOCK_TRIES; tries++) {
+		block = alloc_pages(ROCS_GFP, order);
+		if (!block)
+			break;
+		pool->allocated += 1UL << order;
+		if (order)
+			split_page(block, order);
+		got = NULL;
+		for (i = 0; i < (1U << order); i++) {
+			struct page *frame = block + i;
+
+			if (!got && test_bit(rocs_colour_of(pool, frame), wanted))
+				got = frame;
+			else
+				rocs_pool_put(pool, frame);
+		}
+		if (got)
+			return got;
+	}
+
+	/* No block of that order: single frames, a bounded number of them. */
+	for (tries = 0; tries < ROCS_BLOCK_TRIES * pool->colours; tries++) {
+		struct page *frame = alloc_page(ROCS_GFP);
+
+		if (!frame)
+			return NULL;
+		pool->allocated++;
+		if (test_bit(rocs_colour_of(pool, frame), wanted))
+			return frame;
+		rocs_pool_put(pool, frame);
+	}
+	return NULL;
+}
