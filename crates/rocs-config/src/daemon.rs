@@ -1,0 +1,442 @@
+//! rocsd.toml: the daemon's own settings.
+//!
+//! ```toml
+//! socket = "/run/rocs/rocsd.sock"   # the control socket
+//! socket_mode = 0o660               # its file mode; group `socket_group` when it exists
+//! socket_group = "rocs"
+//! platform = "linux"                # or "sim"
+//! policy_dir = "/etc/rocs/policy.d" # relative paths are relative to this file
+//! scan_interval_ms = 250            # how often /proc is scanned for targets
+//! window_ms = 100                   # measurement window on linux
+//! restore_on_exit = true            # move confined pages back when rocsd stops
+//! allow_observe_only = false        # run without a PMU (software events only)
+//! metrics = "127.0.0.1:9477"        # Prometheus text metrics; absent = off
+//! [knobs]                           # defaults for every policy
+//! [geometry]                        # override the detected LLC geometry
+//! [sim]                             # the simulated platform
+//! ```
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::error::{ConfigError, Location};
+use crate::knobs::{KnobTable, RawKnobs};
+
+pub const DEFAULT_CONFIG: &str = "/etc/rocs/rocsd.toml";
+pub const DEFAULT_SOCKET: &str = "/run/rocs/rocsd.sock";
+pub const DEFAULT_POLICY_DIR: &str = "/etc/rocs/policy.d";
+
+/// Which machine rocsd drives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Platform {
+    /// This machine: perf events and the kernel shim.
+    Linux,
+    /// Simulated machines running built-in workloads (the demo).
+    Sim,
+}
+
+impl std::str::FromStr for Platform {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "linux" => Ok(Platform::Linux),
+            "sim" => Ok(Platform::Sim),
+            _ => Err(format!("unknown platform {s:?}: use \"linux\" or \"sim\"")),
+        }
+    }
+}
+
+impl std::fmt::Display for Platform {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Platform::Linux => "linux",
+            Platform::Sim => "sim",
+        })
+    }
+}
+
+/// An LLC geometry given by hand, for machines whose detection is wrong or missing.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GeometryOverride {
+    pub line_size: u64,
+    pub ways: u64,
+    /// Sets in one slice; or give `size` (all slices, bytes) instead.
+    pub sets_per_slice: Option<u64>,
+    pub size: Option<u64>,
+    #[serde(default = "one")]
+    pub slices: u64,
+    #[serde(default = "page_4k")]
+    pub page_size: u64,
+}
+
+fn one() -> u64 {
+    1
+}
+fn page_4k() -> u64 {
+    4096
+}
+
+/// One simulated workload of the sim platform.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SimWorkload {
+    /// A rocs-sim built-in workload name (or a workload file path).
+    pub name: String,
+    /// Where the name was written, to report an unknown workload.
+    pub at: Location,
+    /// Seed of this workload's machine (default: the [sim] seed plus its index).
+    pub seed: Option<u64>,
+}
+
+/// The sim platform's settings.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SimConfig {
+    /// A rocs-sim machine profile name.
+    pub machine: String,
+    pub machine_at: Option<Location>,
+    /// Cycles simulated per window.
+    pub window_cycles: u64,
+    /// Wall-clock pause between windows, so that the demo does not take a whole core.
+    pub pause_ms: u64,
+    pub seed: u64,
+    pub workloads: Vec<SimWorkload>,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig {
+            machine: "small".into(),
+            machine_at: None,
+            window_cycles: 2_000_000,
+            pause_ms: 50,
+            seed: 1,
+            workloads: Vec::new(),
+        }
+    }
+}
+
+/// rocsd.toml, with every default filled in and relative paths made absolute.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DaemonConfig {
+    /// The file this came from (`None`: built-in defaults).
+    pub file: Option<PathBuf>,
+    pub socket: PathBuf,
+    pub socket_mode: u32,
+    pub socket_group: String,
+    pub platform: Platform,
+    pub policy_dir: PathBuf,
+    pub scan_interval_ms: u64,
+    pub window_ms: u64,
+    pub restore_on_exit: bool,
+    pub allow_observe_only: bool,
+    pub metrics: Option<SocketAddr>,
+    /// Default knobs for every policy.
+    pub knobs: KnobTable,
+    pub geometry: Option<GeometryOverride>,
+    pub geometry_at: Option<Location>,
+    pub sim: SimConfig,
+}
+
+impl Default for DaemonConfig {
+    fn default() -> Self {
+        DaemonConfig {
+            file: None,
+            socket: DEFAULT_SOCKET.into(),
+            socket_mode: 0o660,
+            socket_group: "rocs".into(),
+            platform: Platform::Linux,
+            policy_dir: DEFAULT_POLICY_DIR.into(),
+            scan_interval_ms: 250,
+            window_ms: 100,
+            restore_on_exit: true,
+            allow_observe_only: false,
+            metrics: None,
+            knobs: KnobTable::new(),
+            geometry: None,
+            geometry_at: None,
+            sim: SimConfig::default(),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    socket: Option<PathBuf>,
+    socket_mode: Option<toml::Spanned<u32>>,
+    socket_group: Option<String>,
+    platform: Option<Platform>,
+    policy_dir: Option<PathBuf>,
+    scan_interval_ms: Option<toml::Spanned<u64>>,
+    window_ms: Option<toml::Spanned<u64>>,
+    restore_on_exit: Option<bool>,
+    allow_observe_only: Option<bool>,
+    metrics: Option<toml::Spanned<String>>,
+    #[serde(default)]
+    knobs: RawKnobs,
+    geometry: Option<toml::Spanned<GeometryOverride>>,
+    sim: Option<RawSim>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSim {
+    machine: Option<toml::Spanned<String>>,
+    window_cycles: Option<toml::Spanned<u64>>,
+    pause_ms: Option<u64>,
+    seed: Option<u64>,
+    #[serde(default)]
+    workload: Vec<RawSimWorkload>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSimWorkload {
+    name: toml::Spanned<String>,
+    seed: Option<u64>,
+}
+
+impl DaemonConfig {
+    /// Read rocsd.toml from `file`.
+    pub fn load(file: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(file).map_err(|source| ConfigError::Read {
+            file: file.to_path_buf(),
+            source,
+        })?;
+        Self::parse(file, &text)
+    }
+
+    /// Parse rocsd.toml text read from `file`; relative paths are taken from `file`'s folder.
+    pub fn parse(file: &Path, text: &str) -> Result<Self, ConfigError> {
+        let raw: RawConfig =
+            toml::from_str(text).map_err(|e| ConfigError::from_toml(file, text, &e))?;
+        let at = |span: std::ops::Range<usize>| Location::of_span(file, text, Some(span));
+        let base = file.parent().unwrap_or(Path::new("."));
+        let absolute = |p: PathBuf| if p.is_absolute() { p } else { base.join(p) };
+        let mut c = DaemonConfig {
+            file: Some(file.to_path_buf()),
+            ..DaemonConfig::default()
+        };
+        if let Some(s) = raw.socket {
+            c.socket = absolute(s);
+        }
+        if let Some(m) = raw.socket_mode {
+            if *m.get_ref() > 0o777 {
+                return Err(ConfigError::at(
+                    at(m.span()),
+                    format!(
+                        "socket_mode {:#o} is not a file mode (write it as 0o660)",
+                        m.get_ref()
+                    ),
+                ));
+            }
+            c.socket_mode = m.into_inner();
+        }
+        if let Some(g) = raw.socket_group {
+            c.socket_group = g;
+        }
+        if let Some(p) = raw.platform {
+            c.platform = p;
+        }
+        if let Some(d) = raw.policy_dir {
+            c.policy_dir = absolute(d);
+        }
+        for (name, field, value) in [
+            (
+                "scan_interval_ms",
+                &mut c.scan_interval_ms,
+                raw.scan_interval_ms,
+            ),
+            ("window_ms", &mut c.window_ms, raw.window_ms),
+        ] {
+            if let Some(v) = value {
+                // Targets must be noticed within a second; a window must be measurable.
+                if !(10..=1000).contains(v.get_ref()) {
+                    return Err(ConfigError::at(
+                        at(v.span()),
+                        format!("{name} = {} must be between 10 and 1000", v.get_ref()),
+                    ));
+                }
+                *field = v.into_inner();
+            }
+        }
+        if let Some(r) = raw.restore_on_exit {
+            c.restore_on_exit = r;
+        }
+        if let Some(o) = raw.allow_observe_only {
+            c.allow_observe_only = o;
+        }
+        if let Some(m) = raw.metrics {
+            let addr: SocketAddr = m.get_ref().parse().map_err(|_| {
+                ConfigError::at(
+                    at(m.span()),
+                    format!(
+                        "metrics {:?} is not an address like \"127.0.0.1:9477\"",
+                        m.get_ref()
+                    ),
+                )
+            })?;
+            // The metrics name the workloads of the machine; they are for a local scraper.
+            if !addr.ip().is_loopback() {
+                return Err(ConfigError::at(
+                    at(m.span()),
+                    format!("metrics {addr} is not a loopback address; use 127.0.0.1 or [::1]"),
+                ));
+            }
+            c.metrics = Some(addr);
+        }
+        if let Some(k) = raw.knobs.0 {
+            let span = k.span();
+            c.knobs = KnobTable::from_spanned(file, text, Some(span), k.into_inner());
+        }
+        if let Some(g) = raw.geometry {
+            let loc = at(g.span());
+            let g = g.into_inner();
+            if g.sets_per_slice.is_some() == g.size.is_some() {
+                return Err(ConfigError::at(
+                    loc,
+                    "[geometry] needs exactly one of sets_per_slice and size",
+                ));
+            }
+            c.geometry = Some(g);
+            c.geometry_at = Some(loc);
+            if let Err(e) = c.geometry() {
+                return Err(ConfigError::at(
+                    c.geometry_at.clone().unwrap(),
+                    e.to_string(),
+                ));
+            }
+        }
+        if let Some(s) = raw.sim {
+            if let Some(m) = s.machine {
+                c.sim.machine_at = Some(at(m.span()));
+                c.sim.machine = m.into_inner();
+            }
+            if let Some(w) = s.window_cycles {
+                if *w.get_ref() < 10_000 {
+                    return Err(ConfigError::at(
+                        at(w.span()),
+                        "window_cycles must be at least 10000",
+                    ));
+                }
+                c.sim.window_cycles = w.into_inner();
+            }
+            if let Some(p) = s.pause_ms {
+                c.sim.pause_ms = p;
+            }
+            if let Some(seed) = s.seed {
+                c.sim.seed = seed;
+            }
+            c.sim.workloads = s
+                .workload
+                .into_iter()
+                .map(|w| SimWorkload {
+                    at: at(w.name.span()),
+                    name: w.name.into_inner(),
+                    seed: w.seed,
+                })
+                .collect();
+        }
+        Ok(c)
+    }
+
+    /// The overriding geometry, checked.
+    pub fn geometry(&self) -> Result<Option<rocs_core::CacheGeometry>, rocs_core::GeometryError> {
+        let Some(g) = &self.geometry else {
+            return Ok(None);
+        };
+        let geo = match (g.sets_per_slice, g.size) {
+            (Some(sets), _) => {
+                rocs_core::CacheGeometry::new(g.line_size, sets, g.ways, g.slices, g.page_size)?
+            }
+            (None, Some(size)) => rocs_core::CacheGeometry::from_size(
+                size,
+                g.line_size,
+                g.ways,
+                g.slices,
+                g.page_size,
+            )?,
+            (None, None) => return Ok(None),
+        };
+        Ok(Some(geo))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_when_empty() {
+        let c = DaemonConfig::parse(Path::new("/etc/rocs/rocsd.toml"), "").unwrap();
+        assert_eq!(c.socket, PathBuf::from(DEFAULT_SOCKET));
+        assert_eq!(c.platform, Platform::Linux);
+        assert_eq!(c.metrics, None, "metrics are off unless asked for");
+        assert!(c.restore_on_exit);
+        assert!(!c.allow_observe_only);
+    }
+
+    #[test]
+    fn full_file() {
+        let text = r#"
+socket = "run/rocsd.sock"
+socket_mode = 0o600
+platform = "sim"
+policy_dir = "demo-policy.d"
+metrics = "127.0.0.1:9477"
+[knobs]
+pollute_colours = 2
+[geometry]
+line_size = 64
+ways = 16
+size = 1048576
+[sim]
+machine = "small"
+window_cycles = 500000
+pause_ms = 5
+[[sim.workload]]
+name = "art-like"
+[[sim.workload]]
+name = "mcf-like"
+seed = 7
+"#;
+        let c = DaemonConfig::parse(Path::new("/x/config/demo.toml"), text).unwrap();
+        assert_eq!(c.socket, PathBuf::from("/x/config/run/rocsd.sock"));
+        assert_eq!(c.policy_dir, PathBuf::from("/x/config/demo-policy.d"));
+        assert_eq!(c.socket_mode, 0o600);
+        assert_eq!(c.platform, Platform::Sim);
+        assert_eq!(c.metrics.unwrap().port(), 9477);
+        assert_eq!(c.knobs.keys().collect::<Vec<_>>(), vec!["pollute_colours"]);
+        let g = c.geometry().unwrap().unwrap();
+        assert_eq!(g.colours(), 16);
+        assert_eq!(c.sim.workloads.len(), 2);
+        assert_eq!(c.sim.workloads[1].seed, Some(7));
+        assert_eq!(c.sim.workloads[1].at.line, 20);
+        assert_eq!(c.sim.window_cycles, 500_000);
+    }
+
+    #[test]
+    fn errors_are_placed() {
+        let f = Path::new("rocsd.toml");
+        let cases = [
+            ("platform = \"windows\"\n", "rocsd.toml:1:12:"),
+            ("metrics = \"0.0.0.0:9477\"\n", "rocsd.toml:1:11:"),
+            ("metrics = \"localhost\"\n", "rocsd.toml:1:11:"),
+            ("\nscan_interval_ms = 5000\n", "rocsd.toml:2:20:"),
+            ("sockett = \"/x\"\n", "rocsd.toml:1:1:"),
+            (
+                "[geometry]\nline_size = 64\nways = 8\nsize = 1000\n",
+                "rocsd.toml:1:1:",
+            ),
+            ("[geometry]\nline_size = 64\nways = 8\n", "rocsd.toml:1:1:"),
+            ("socket_mode = 0o7777\n", "rocsd.toml:1:15:"),
+        ];
+        for (text, want) in cases {
+            let e = DaemonConfig::parse(f, text).unwrap_err().to_string();
+            assert!(e.starts_with(want), "{text:?}: {e}");
+        }
+    }
+}

@@ -1,0 +1,585 @@
+//! Policies: which processes rocsd attaches to, and with which knobs.
+//!
+//! A policy file (`/etc/rocs/policy.d/NAME.toml`) looks like
+//!
+//! ```toml
+//! name = "batch-art"            # optional; the file's stem otherwise
+//! [match]                       # every kind given must match; any pattern of a kind will do
+//! comm = ["art", "art_*"]       # command name (/proc/PID/comm), `*` and `?` globs
+//! exe = "/opt/spec/bin/*"       # executable path (/proc/PID/exe)
+//! cgroup = "/batch.slice"       # cgroup v2 path (and everything below it);
+//!                               # "cpu:/batch" names a v1 hierarchy by one of its controllers
+//! [knobs]                       # overrides of rocsd.toml's [knobs]
+//! pollute_colours = 1
+//! ```
+//!
+//! Policies are tried in file-name order; the first that matches a process wins.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::error::{ConfigError, Location};
+use crate::knobs::{KnobTable, RawKnobs};
+
+/// What rocsd knows of a process when it decides whether a policy applies.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ProcessInfo {
+    pub pid: u32,
+    /// The command name (at most 15 bytes on Linux).
+    pub comm: String,
+    /// The executable, when it can be read.
+    pub exe: Option<PathBuf>,
+    /// The process's cgroups, one per hierarchy, as /proc/PID/cgroup lists them.
+    pub cgroups: Vec<CgroupEntry>,
+}
+
+/// One line of /proc/PID/cgroup: `hierarchy-id:controller-list:path`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CgroupEntry {
+    /// 0 for the unified (v2) hierarchy.
+    pub hierarchy: u32,
+    /// The v1 controllers of the hierarchy (empty for v2). Named hierarchies appear as
+    /// `name=systemd`.
+    pub controllers: Vec<String>,
+    pub path: String,
+}
+
+/// Parse /proc/PID/cgroup. Lines that do not have the three fields are skipped (the file is
+/// written by the kernel; a partial read of an exiting process can cut it short).
+pub fn parse_proc_cgroup(text: &str) -> Vec<CgroupEntry> {
+    text.lines()
+        .filter_map(|line| {
+            let mut parts = line.splitn(3, ':');
+            let hierarchy = parts.next()?.parse().ok()?;
+            let controllers = parts.next()?;
+            let path = parts.next()?;
+            Some(CgroupEntry {
+                hierarchy,
+                controllers: controllers
+                    .split(',')
+                    .filter(|c| !c.is_empty())
+                    .map(str::to_string)
+                    .collect(),
+                path: path.to_string(),
+            })
+        })
+        .collect()
+}
+
+/// A cgroup pattern: a path, optionally tied to a v1 hierarchy by one of its controllers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CgroupPattern {
+    /// `None`: the v2 hierarchy (or, on a machine without one, any hierarchy).
+    pub controller: Option<String>,
+    pub path: String,
+}
+
+impl CgroupPattern {
+    fn parse(s: &str) -> Result<Self, String> {
+        let (controller, path) = match s.find('/') {
+            Some(0) => (None, s),
+            Some(i) if s[..i].ends_with(':') && i > 1 => (Some(s[..i - 1].to_string()), &s[i..]),
+            _ => {
+                return Err(format!(
+                    "cgroup pattern {s:?} must be an absolute path (\"/system.slice/x.service\") \
+                     or CONTROLLER:/path for a cgroup v1 hierarchy"
+                ))
+            }
+        };
+        Ok(CgroupPattern {
+            controller,
+            path: path.to_string(),
+        })
+    }
+
+    /// The path itself and everything below it match; `*` and `?` glob.
+    fn matches_path(&self, path: &str) -> bool {
+        if glob_match(&self.path, path) {
+            return true;
+        }
+        let prefix = self.path.trim_end_matches('/');
+        path.len() > prefix.len()
+            && path.as_bytes()[prefix.len()] == b'/'
+            && glob_match(prefix, &path[..prefix.len()])
+    }
+
+    pub fn matches(&self, cgroups: &[CgroupEntry]) -> bool {
+        match &self.controller {
+            Some(c) => cgroups
+                .iter()
+                .filter(|e| e.hierarchy != 0 && e.controllers.iter().any(|x| x == c))
+                .any(|e| self.matches_path(&e.path)),
+            None => {
+                let v2: Vec<_> = cgroups.iter().filter(|e| e.hierarchy == 0).collect();
+                if v2.is_empty() {
+                    // A v1-only machine: the path may be in any hierarchy.
+                    cgroups.iter().any(|e| self.matches_path(&e.path))
+                } else {
+                    v2.iter().any(|e| self.matches_path(&e.path))
+                }
+            }
+        }
+    }
+}
+
+/// `*` matches any run of characters (including none, and including `/`), `?` one character.
+pub fn glob_match(pattern: &str, text: &str) -> bool {
+    let p: Vec<char> = pattern.chars().collect();
+    let t: Vec<char> = text.chars().collect();
+    let (mut pi, mut ti) = (0, 0);
+    // Where the last `*` was, and how much of the text it has swallowed.
+    let mut star: Option<(usize, usize)> = None;
+    while ti < t.len() {
+        if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
+            pi += 1;
+            ti += 1;
+        } else if pi < p.len() && p[pi] == '*' {
+            star = Some((pi, ti));
+            pi += 1;
+        } else if let Some((sp, st)) = star {
+            pi = sp + 1;
+            ti = st + 1;
+            star = Some((sp, st + 1));
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|&c| c == '*')
+}
+
+/// Which processes a policy applies to. Every kind that is given must match.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Matcher {
+    pub comm: Vec<String>,
+    pub exe: Vec<String>,
+    pub cgroup: Vec<CgroupPattern>,
+}
+
+impl Matcher {
+    pub fn matches(&self, p: &ProcessInfo) -> bool {
+        let comm_ok = self.comm.is_empty() || self.comm.iter().any(|c| glob_match(c, &p.comm));
+        let exe_ok = self.exe.is_empty()
+            || p.exe.as_deref().is_some_and(|exe| {
+                let exe = exe.to_string_lossy();
+                // A replaced executable reads as "PATH (deleted)"; it is still that program.
+                let exe = exe.strip_suffix(" (deleted)").unwrap_or(&exe);
+                self.exe.iter().any(|e| glob_match(e, exe))
+            });
+        let cgroup_ok = self.cgroup.is_empty() || self.cgroup.iter().any(|c| c.matches(&p.cgroups));
+        comm_ok && exe_ok && cgroup_ok
+    }
+
+    /// True when the matcher looks at cgroups (rocsd then reads /proc/PID/cgroup).
+    pub fn uses_cgroups(&self) -> bool {
+        !self.cgroup.is_empty()
+    }
+
+    /// True when the matcher looks at the executable.
+    pub fn uses_exe(&self) -> bool {
+        !self.exe.is_empty()
+    }
+}
+
+/// One policy file, parsed and checked.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Policy {
+    pub name: String,
+    pub file: PathBuf,
+    pub matcher: Matcher,
+    /// The policy's own knobs; overlay them on rocsd.toml's defaults to get a target's.
+    pub knobs: KnobTable,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPolicy {
+    name: Option<toml::Spanned<String>>,
+    #[serde(rename = "match")]
+    matcher: Option<toml::Spanned<RawMatch>>,
+    #[serde(default)]
+    knobs: RawKnobs,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawMatch {
+    comm: Option<toml::Spanned<toml::Value>>,
+    exe: Option<toml::Spanned<toml::Value>>,
+    cgroup: Option<toml::Spanned<toml::Value>>,
+}
+
+impl Policy {
+    /// Parse the policy text read from `file`.
+    pub fn parse(file: &Path, text: &str) -> Result<Policy, ConfigError> {
+        let raw: RawPolicy =
+            toml::from_str(text).map_err(|e| ConfigError::from_toml(file, text, &e))?;
+        let at = |span: std::ops::Range<usize>| Location::of_span(file, text, Some(span));
+
+        let name = match raw.name {
+            Some(n) => {
+                let span = n.span();
+                let n = n.into_inner();
+                if n.is_empty() || n.chars().any(|c| c.is_whitespace() || c.is_control()) {
+                    return Err(ConfigError::at(
+                        at(span),
+                        format!("policy name {n:?} must be non-empty and without spaces"),
+                    ));
+                }
+                n
+            }
+            None => file
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_else(|| "policy".into()),
+        };
+
+        let Some(raw_match) = raw.matcher else {
+            return Err(ConfigError::File {
+                file: file.to_path_buf(),
+                message: "no [match] table: a policy must say which processes it applies to \
+                          (comm, exe or cgroup)"
+                    .into(),
+            });
+        };
+        let match_span = raw_match.span();
+        let raw_match = raw_match.into_inner();
+        let strings = |field: &str,
+                       v: Option<toml::Spanned<toml::Value>>|
+         -> Result<Vec<(String, Location)>, ConfigError> {
+            let Some(v) = v else { return Ok(vec![]) };
+            let loc = at(v.span());
+            let list = match v.into_inner() {
+                toml::Value::String(s) => vec![s],
+                toml::Value::Array(a) => a
+                    .into_iter()
+                    .map(|x| match x {
+                        toml::Value::String(s) => Ok(s),
+                        other => Err(ConfigError::at(
+                            loc.clone(),
+                            format!("{field}: expected strings, found {}", other.type_str()),
+                        )),
+                    })
+                    .collect::<Result<_, _>>()?,
+                other => {
+                    return Err(ConfigError::at(
+                        loc,
+                        format!(
+                            "{field}: expected a string or an array of strings, found {}",
+                            other.type_str()
+                        ),
+                    ))
+                }
+            };
+            if list.is_empty() {
+                return Err(ConfigError::at(
+                    loc,
+                    format!("{field}: an empty list matches nothing; remove the key instead"),
+                ));
+            }
+            if let Some(bad) = list.iter().find(|s| s.is_empty()) {
+                return Err(ConfigError::at(
+                    loc,
+                    format!("{field}: empty pattern {bad:?}"),
+                ));
+            }
+            Ok(list.into_iter().map(|s| (s, loc.clone())).collect())
+        };
+
+        let comm = strings("comm", raw_match.comm)?;
+        for (c, loc) in &comm {
+            // comm is cut to 15 bytes by the kernel: a longer literal name never matches.
+            if !c.contains('*') && c.len() > 15 {
+                return Err(ConfigError::at(
+                    loc.clone(),
+                    format!(
+                        "comm {c:?} is longer than the 15 bytes the kernel keeps of a command \
+                         name; use {:?} or match on exe",
+                        &c[..15]
+                    ),
+                ));
+            }
+        }
+        let exe = strings("exe", raw_match.exe)?;
+        for (e, loc) in &exe {
+            if !e.starts_with('/') && !e.starts_with('*') {
+                return Err(ConfigError::at(
+                    loc.clone(),
+                    format!("exe {e:?} must be an absolute path (globs allowed)"),
+                ));
+            }
+        }
+        let cgroup = strings("cgroup", raw_match.cgroup)?
+            .into_iter()
+            .map(|(c, loc)| CgroupPattern::parse(&c).map_err(|m| ConfigError::at(loc, m)))
+            .collect::<Result<Vec<_>, _>>()?;
+
+        let matcher = Matcher {
+            comm: comm.into_iter().map(|(s, _)| s).collect(),
+            exe: exe.into_iter().map(|(s, _)| s).collect(),
+            cgroup,
+        };
+        if matcher.comm.is_empty() && matcher.exe.is_empty() && matcher.cgroup.is_empty() {
+            return Err(ConfigError::at(
+                at(match_span),
+                "[match] is empty: give comm, exe or cgroup",
+            ));
+        }
+
+        let knobs = match raw.knobs.0 {
+            Some(k) => {
+                let span = k.span();
+                KnobTable::from_spanned(file, text, Some(span), k.into_inner())
+            }
+            None => KnobTable::new(),
+        };
+        Ok(Policy {
+            name,
+            file: file.to_path_buf(),
+            matcher,
+            knobs,
+        })
+    }
+
+    /// Read and parse a policy file.
+    pub fn load(file: &Path) -> Result<Policy, ConfigError> {
+        let text = std::fs::read_to_string(file).map_err(|source| ConfigError::Read {
+            file: file.to_path_buf(),
+            source,
+        })?;
+        Self::parse(file, &text)
+    }
+}
+
+/// Every error found while loading a policy directory, one per line when printed.
+#[derive(Debug, thiserror::Error)]
+#[error("{}", .0.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("\n"))]
+pub struct PolicyErrors(pub Vec<ConfigError>);
+
+/// The policies in force, in the order they are tried.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PolicySet {
+    policies: Vec<Policy>,
+}
+
+impl PolicySet {
+    pub fn new(policies: Vec<Policy>) -> Self {
+        PolicySet { policies }
+    }
+
+    /// Load every `*.toml` of `dir`, in file-name order. All files are read, so that every
+    /// broken one is reported at once; any error refuses the whole set (a half-applied set
+    /// of policies would be worse than the previous one).
+    pub fn load_dir(dir: &Path) -> Result<PolicySet, PolicyErrors> {
+        let entries = std::fs::read_dir(dir).map_err(|source| {
+            PolicyErrors(vec![ConfigError::Read {
+                file: dir.to_path_buf(),
+                source,
+            }])
+        })?;
+        let mut files: Vec<PathBuf> = entries
+            .filter_map(|e| e.ok())
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "toml") && p.is_file())
+            .collect();
+        files.sort();
+        let mut policies = Vec::new();
+        let mut errors = Vec::new();
+        for f in files {
+            match Policy::load(&f) {
+                Ok(p) => policies.push(p),
+                Err(e) => errors.push(e),
+            }
+        }
+        for (i, p) in policies.iter().enumerate() {
+            if let Some(first) = policies[..i].iter().find(|q| q.name == p.name) {
+                errors.push(ConfigError::File {
+                    file: p.file.clone(),
+                    message: format!(
+                        "policy name {:?} is already used by {}",
+                        p.name,
+                        first.file.display()
+                    ),
+                });
+            }
+        }
+        if errors.is_empty() {
+            Ok(PolicySet { policies })
+        } else {
+            Err(PolicyErrors(errors))
+        }
+    }
+
+    pub fn policies(&self) -> &[Policy] {
+        &self.policies
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.policies.is_empty()
+    }
+
+    /// The first policy that applies to `p`.
+    pub fn matching(&self, p: &ProcessInfo) -> Option<&Policy> {
+        self.policies.iter().find(|pol| pol.matcher.matches(p))
+    }
+
+    pub fn uses_cgroups(&self) -> bool {
+        self.policies.iter().any(|p| p.matcher.uses_cgroups())
+    }
+
+    pub fn uses_exe(&self) -> bool {
+        self.policies.iter().any(|p| p.matcher.uses_exe())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn proc_(comm: &str, exe: &str, cgroup: &str) -> ProcessInfo {
+        ProcessInfo {
+            pid: 42,
+            comm: comm.into(),
+            exe: Some(exe.into()),
+            cgroups: parse_proc_cgroup(cgroup),
+        }
+    }
+
+    #[test]
+    fn globs() {
+        assert!(glob_match("art*", "art_base"));
+        assert!(glob_match("*", ""));
+        assert!(glob_match("a?c", "abc"));
+        assert!(!glob_match("a?c", "ac"));
+        assert!(glob_match("/opt/*/bin/x", "/opt/a/b/bin/x"));
+        assert!(!glob_match("art", "arts"));
+        assert!(glob_match("*a*b*", "xxaxxbxx"));
+    }
+
+    #[test]
+    fn cgroup_v2_paths_match_themselves_and_below() {
+        let v2 = "0::/batch.slice/job.service\n";
+        let pat = CgroupPattern::parse("/batch.slice").unwrap();
+        assert!(pat.matches(&parse_proc_cgroup(v2)));
+        assert!(!pat.matches(&parse_proc_cgroup("0::/batch.slicex/a\n")));
+        assert!(CgroupPattern::parse("/batch.slice/")
+            .unwrap()
+            .matches(&parse_proc_cgroup(v2)));
+        assert!(CgroupPattern::parse("/*/job.service")
+            .unwrap()
+            .matches(&parse_proc_cgroup(v2)));
+    }
+
+    #[test]
+    fn cgroup_v1_hierarchies_by_controller() {
+        let v1 = "12:cpu,cpuacct:/batch\n11:memory:/other\n1:name=systemd:/user.slice\n";
+        let cg = parse_proc_cgroup(v1);
+        assert_eq!(cg[0].controllers, vec!["cpu", "cpuacct"]);
+        assert!(CgroupPattern::parse("cpu:/batch").unwrap().matches(&cg));
+        assert!(!CgroupPattern::parse("memory:/batch").unwrap().matches(&cg));
+        // No v2 line: a plain path may be in any hierarchy.
+        assert!(CgroupPattern::parse("/user.slice").unwrap().matches(&cg));
+        // A hybrid machine: the plain path is the v2 one.
+        let hybrid = parse_proc_cgroup("3:cpu:/batch\n0::/user.slice/x\n");
+        assert!(!CgroupPattern::parse("/batch").unwrap().matches(&hybrid));
+        assert!(CgroupPattern::parse("cpu:/batch").unwrap().matches(&hybrid));
+        assert!(CgroupPattern::parse("batch").is_err());
+    }
+
+    #[test]
+    fn every_given_kind_must_match() {
+        let text = r#"
+[match]
+comm = ["art", "swim*"]
+cgroup = "/batch.slice"
+[knobs]
+pollute_colours = 2
+"#;
+        let p = Policy::parse(Path::new("/etc/rocs/policy.d/spec.toml"), text).unwrap();
+        assert_eq!(p.name, "spec");
+        assert_eq!(p.knobs.keys().collect::<Vec<_>>(), vec!["pollute_colours"]);
+        let m = &p.matcher;
+        assert!(m.matches(&proc_("art", "/x/art", "0::/batch.slice/a\n")));
+        assert!(m.matches(&proc_("swim_ref", "/x/s", "0::/batch.slice\n")));
+        assert!(!m.matches(&proc_("art", "/x/art", "0::/user.slice\n")));
+        assert!(!m.matches(&proc_("gcc", "/x/gcc", "0::/batch.slice\n")));
+    }
+
+    #[test]
+    fn exe_matches_deleted_executables_and_needs_an_exe() {
+        let p = Policy::parse(Path::new("p.toml"), "[match]\nexe = \"/opt/bin/*\"\n").unwrap();
+        assert!(p.matcher.matches(&proc_("x", "/opt/bin/art (deleted)", "")));
+        let mut no_exe = proc_("x", "/", "");
+        no_exe.exe = None;
+        assert!(!p.matcher.matches(&no_exe));
+    }
+
+    #[test]
+    fn errors_name_file_line_and_column() {
+        let f = Path::new("policy.d/bad.toml");
+        let cases = [
+            (
+                "[match]\ncomm = \"art\"\npollute = 1\n",
+                "policy.d/bad.toml:3:1:",
+                "pollute",
+            ),
+            ("[match]\ncomm = 3\n", "policy.d/bad.toml:2:8:", "comm"),
+            (
+                "[match]\n\n  exe = \"bin/art\"\n",
+                "policy.d/bad.toml:3:9:",
+                "absolute",
+            ),
+            (
+                "[match]\ncgroup = [\"batch\"]\n",
+                "policy.d/bad.toml:2:10:",
+                "cgroup",
+            ),
+            ("x = [\n", "policy.d/bad.toml:", ""),
+            (
+                "name = \"a b\"\n[match]\ncomm=\"x\"\n",
+                "policy.d/bad.toml:1:8:",
+                "name",
+            ),
+            (
+                "[match]\ncomm = \"a_very_long_command_name\"\n",
+                "policy.d/bad.toml:2:8:",
+                "15 bytes",
+            ),
+        ];
+        for (text, at, word) in cases {
+            let e = Policy::parse(f, text).unwrap_err().to_string();
+            assert!(e.starts_with(at) && e.contains(word), "{text:?} gave {e}");
+        }
+        let e = Policy::parse(f, "[match]\n").unwrap_err().to_string();
+        assert!(
+            e.starts_with("policy.d/bad.toml:1:1:") && e.contains("empty"),
+            "{e}"
+        );
+        let e = Policy::parse(f, "name = \"x\"\n").unwrap_err().to_string();
+        assert!(e.contains("no [match]"), "{e}");
+    }
+
+    #[test]
+    fn a_directory_loads_in_name_order_and_reports_every_broken_file() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("20-b.toml"), "[match]\ncomm = \"*\"\n").unwrap();
+        std::fs::write(dir.path().join("10-a.toml"), "[match]\ncomm = \"art\"\n").unwrap();
+        std::fs::write(dir.path().join("README"), "not a policy").unwrap();
+        let set = PolicySet::load_dir(dir.path()).unwrap();
+        let names: Vec<_> = set.policies().iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, vec!["10-a", "20-b"]);
+        assert_eq!(set.matching(&proc_("art", "/a", "")).unwrap().name, "10-a");
+        assert_eq!(set.matching(&proc_("gcc", "/a", "")).unwrap().name, "20-b");
+
+        std::fs::write(dir.path().join("30-c.toml"), "[match]\ncomm = 1\n").unwrap();
+        std::fs::write(
+            dir.path().join("40-d.toml"),
+            "name = \"10-a\"\n[match]\ncomm=\"x\"\n",
+        )
+        .unwrap();
+        let errs = PolicySet::load_dir(dir.path()).unwrap_err();
+        assert_eq!(errs.0.len(), 2, "{errs}");
+        assert!(errs.to_string().contains("30-c.toml:2:8"), "{errs}");
+        assert!(errs.to_string().contains("already used"), "{errs}");
+    }
+}
