@@ -72,7 +72,7 @@ impl CacheGeometry {
             .and_then(|v| v.checked_mul(slices))
             .filter(|&v| v > 0)
             .ok_or(GeometryError::SizeMismatch { size })?;
-        if size % per_set != 0 {
+        if !size.is_multiple_of(per_set) {
             return Err(GeometryError::SizeMismatch { size });
         }
         Self::new(line_size, size / per_set, ways, slices, page_size)

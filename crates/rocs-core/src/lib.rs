@@ -4,16 +4,28 @@
 //! real machine (`rocs-linux`), the daemon and the tests all drive the same types and the
 //! same controller, feeding observations in and carrying actions out.
 
+pub mod controller;
 pub mod geometry;
+pub mod knobs;
+pub mod phase;
 pub mod platform;
 pub mod profile;
+pub mod regions;
 pub mod sample;
+pub mod search;
 pub mod stack;
 
+pub use controller::{
+    Action, Command, Controller, Event, EventKind, MigrationReport, Observation, State, Stats,
+};
 pub use geometry::{CacheGeometry, GeometryError};
+pub use knobs::{KnobError, Knobs, PolluteColours, SearchMode};
+pub use phase::{PhaseDetector, PhaseVerdict};
 pub use platform::{
     CounterDelta, Counters, PageResult, Remapper, SampleLoss, Sampler, SamplingPlan,
 };
 pub use profile::{PageCounts, PageProfile};
+pub use regions::{build_stack, Region, RegionParams, StackBuild};
 pub use sample::{Colour, DataSource, Errno, MemSample, Pid, Placement, VirtPage};
+pub use search::{Measurements, Next, Search};
 pub use stack::{MissRateStack, StackEntry};

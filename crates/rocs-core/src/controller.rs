@@ -1,0 +1,688 @@
+//! The controller of one target: a sans-IO state machine.
+//!
+//! Observations go in ([`Controller::on`]), actions come out; the controller never reads a
+//! clock, a counter or a file. The driver (the simulator's closed loop, or rocsd) carries
+//! the actions to the platform traits and brings the results back:
+//!
+//! - at the end of every window: first the window's samples ([`Observation::Samples`]) and
+//!   sample loss, then its counters ([`Observation::Window`]);
+//! - every [`Action::Migrate`] gets its [`Observation::Migrated`] report before the next
+//!   window ends (a window that ends with a report outstanding is not used as a
+//!   measurement);
+//! - [`Action::StartSampling`] and [`Action::StopSampling`] take effect for the next window.
+//!
+//! States (DESIGN.md 4): Observe → Profile → Search → Steady, and Steady → Profile on a
+//! phase change; Paused on the operator's command; Exited when the target is gone.
+
+use std::collections::{BTreeSet, HashSet, VecDeque};
+
+use serde::{Deserialize, Serialize};
+
+use crate::knobs::{KnobError, Knobs};
+use crate::phase::{PhaseDetector, PhaseVerdict};
+use crate::regions::{build_stack, Region, RegionParams, StackBuild};
+use crate::search::{Next, Search};
+use crate::{
+    Colour, CounterDelta, Errno, MemSample, MissRateStack, PageProfile, PageResult, Pid, Placement,
+    SampleLoss, SamplingPlan, VirtPage,
+};
+
+/// Where the controller is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum State {
+    /// Counting only; waiting for the target to miss enough to be worth profiling.
+    Observe,
+    /// Precise sampling for a bounded number of windows.
+    Profile,
+    /// Measuring IPC at candidate `k`s.
+    Search,
+    /// Holding the chosen placement, watching for a phase change.
+    Steady,
+    /// Stopped by the operator; pages stay where they are (or are being restored).
+    Paused,
+    /// The target is gone.
+    Exited,
+}
+
+impl std::fmt::Display for State {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            State::Observe => "observe",
+            State::Profile => "profile",
+            State::Search => "search",
+            State::Steady => "steady",
+            State::Paused => "paused",
+            State::Exited => "exited",
+        })
+    }
+}
+
+/// What the operator asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Command {
+    /// Stop sampling and searching; keep pages where they are.
+    Pause,
+    /// Start again from Observe, from the current placement.
+    Resume,
+    /// Move every confined page back (within the page budget per window) and pause.
+    RestoreAll,
+}
+
+/// The result of one [`Action::Migrate`]: one result per page, in order.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MigrationReport {
+    pub to: Placement,
+    pub pages: Vec<VirtPage>,
+    pub results: Vec<PageResult>,
+}
+
+/// Something the driver observed.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Observation<'a> {
+    /// The counters of the window that just ended.
+    Window(CounterDelta),
+    /// Samples drained since the previous window (samples of other pids are ignored).
+    Samples(&'a [MemSample]),
+    /// Samples the platform lost or throttled.
+    SampleLoss(SampleLoss),
+    /// The outcome of a migration the controller asked for.
+    Migrated(MigrationReport),
+    /// The target exited.
+    TargetExited,
+    /// An operator command.
+    Command(Command),
+}
+
+/// Something the driver must do.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Action {
+    StartSampling(SamplingPlan),
+    StopSampling,
+    /// Move `pages` to `to`, then report with [`Observation::Migrated`].
+    Migrate {
+        pages: Vec<VirtPage>,
+        to: Placement,
+    },
+    /// Tell the world (log, history, control socket).
+    Report(Event),
+}
+
+/// One entry of the controller's history.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    /// Windows observed before this event.
+    pub window: u64,
+    #[serde(flatten)]
+    pub kind: EventKind,
+}
+
+/// What happened.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum EventKind {
+    Transition {
+        from: State,
+        to: State,
+        reason: String,
+    },
+    /// A profile ended and the stack was built.
+    Profiled {
+        pages_profiled: usize,
+        samples: u64,
+        stack_pages: usize,
+        regions: usize,
+    },
+    /// One measured window of the search.
+    SearchStep { k: usize, ipc: f64, mpki: f64 },
+    /// The search chose `k`.
+    SearchDone {
+        k: usize,
+        ipc: Option<f64>,
+        baseline_ipc: Option<f64>,
+        windows: u64,
+    },
+    /// Pages the platform could not move.
+    MigrationFailed {
+        to: Placement,
+        failed: usize,
+        errno: Errno,
+    },
+    /// Every confined page is back among the ordinary colours.
+    Restored,
+}
+
+/// Running totals, for inspection and metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stats {
+    pub windows: u64,
+    /// Samples of this target counted into a profile.
+    pub samples: u64,
+    pub samples_lost: u64,
+    pub samples_throttled: u64,
+    /// Pages moved successfully (either way).
+    pub pages_migrated: u64,
+    pub migrations_failed: u64,
+    /// Windows spent in Search (measurements and windows of partial moves).
+    pub search_windows: u64,
+    pub profiles: u64,
+    pub searches: u64,
+    pub phase_changes: u64,
+}
+
+/// Most events kept in the history (the oldest go first).
+const HISTORY_CAP: usize = 4096;
+
+/// The controller of one target.
+#[derive(Clone, Debug)]
+pub struct Controller {
+    pid: Pid,
+    knobs: Knobs,
+    pollute: Vec<Colour>,
+    state: State,
+    sampling: bool,
+    observe_streak: u32,
+    profile: PageProfile,
+    profile_windows: u32,
+    build: StackBuild,
+    confined: BTreeSet<VirtPage>,
+    /// Pages that failed to move since the last profile; not tried again until then.
+    failed: HashSet<VirtPage>,
+    search: Option<Search>,
+    /// The placement for this `k` is complete: the next window measures it.
+    measuring: Option<usize>,
+    /// The search is over; moving to this `k` before Steady.
+    final_k: Option<usize>,
+    search_started_at: u64,
+    phase: PhaseDetector,
+    /// A move was made just before this window: not a clean phase reference.
+    skip_window: bool,
+    restoring: bool,
+    in_flight: u32,
+    budget_left: u32,
+    history: VecDeque<Event>,
+    stats: Stats,
+}
+
+impl Controller {
+    /// A controller for `pid` on a machine with pages of `1 << page_shift` bytes and an LLC
+    /// of `colours` colours. Refuses contradictory knobs.
+    pub fn new(pid: Pid, knobs: Knobs, page_shift: u32, colours: u32) -> Result<Self, KnobError> {
+        knobs.validate(colours)?;
+        if !(12..=30).contains(&page_shift) {
+            return Err(KnobError::PageShift(page_shift));
+        }
+        let pollute = knobs.pollute_colours.resolve(colours)?;
+        Ok(Controller {
+            pid,
+            pollute,
+            state: State::Observe,
+            sampling: false,
+            observe_streak: 0,
+            profile: PageProfile::new(page_shift),
+            profile_windows: 0,
+            build: StackBuild::default(),
+            confined: BTreeSet::new(),
+            failed: HashSet::new(),
+            search: None,
+            measuring: None,
+            final_k: None,
+            search_started_at: 0,
+            phase: PhaseDetector::new(knobs.phase_band, knobs.phase_windows),
+            skip_window: false,
+            restoring: false,
+            in_flight: 0,
+            budget_left: knobs.page_budget,
+            history: VecDeque::new(),
+            stats: Stats::default(),
+            knobs,
+        })
+    }
+
+    pub fn pid(&self) -> Pid {
+        self.pid
+    }
+
+    pub fn knobs(&self) -> &Knobs {
+        &self.knobs
+    }
+
+    /// The colours of the pollute buffer (the platform must be configured with them).
+    pub fn pollute_colours(&self) -> &[Colour] {
+        &self.pollute
+    }
+
+    pub fn state(&self) -> State {
+        self.state
+    }
+
+    /// Transitions, search steps and other events, oldest first (the last 4096).
+    pub fn history(&self) -> impl ExactSizeIterator<Item = &Event> + '_ {
+        self.history.iter()
+    }
+
+    /// The current miss-rate stack (empty before the first profile).
+    pub fn stack(&self) -> &MissRateStack {
+        &self.build.stack
+    }
+
+    /// The regions the stack was built from, by address.
+    pub fn regions(&self) -> &[Region] {
+        &self.build.regions
+    }
+
+    /// The profile being collected, or the last one.
+    pub fn profile(&self) -> &PageProfile {
+        &self.profile
+    }
+
+    /// Pages in the pollute buffer now (confirmed by migration reports).
+    pub fn confined(&self) -> &BTreeSet<VirtPage> {
+        &self.confined
+    }
+
+    pub fn stats(&self) -> Stats {
+        self.stats
+    }
+
+    /// Whether the controller has asked for sampling and not stopped it.
+    pub fn sampling(&self) -> bool {
+        self.sampling
+    }
+
+    /// The search in progress or last finished, with its measurements.
+    pub fn search(&self) -> Option<&Search> {
+        self.search.as_ref()
+    }
+
+    /// Feed one observation; carry out the returned actions in order.
+    pub fn on(&mut self, obs: Observation<'_>) -> Vec<Action> {
+        let mut out = Vec::new();
+        if self.state == State::Exited {
+            return out;
+        }
+        match obs {
+            Observation::Window(delta) => self.on_window(delta, &mut out),
+            Observation::Samples(samples) => self.on_samples(samples),
+            Observation::SampleLoss(loss) => {
+                self.stats.samples_lost += loss.lost;
+                self.stats.samples_throttled += loss.throttled;
+            }
+            Observation::Migrated(report) => self.on_migrated(report, &mut out),
+            Observation::TargetExited => {
+                self.stop_sampling(&mut out);
+                self.transition(State::Exited, "the target exited".into(), &mut out);
+            }
+            Observation::Command(cmd) => self.on_command(cmd, &mut out),
+        }
+        out
+    }
+
+    fn on_samples(&mut self, samples: &[MemSample]) {
+        if self.state != State::Profile {
+            return;
+        }
+        for s in samples.iter().filter(|s| s.pid == self.pid) {
+            self.profile.record(s.vaddr, s.source);
+            self.stats.samples += 1;
+        }
+    }
+
+    fn on_window(&mut self, delta: CounterDelta, out: &mut Vec<Action>) {
+        self.stats.windows += 1;
+        self.budget_left = self.knobs.page_budget;
+        // A window in which the target did not run says nothing about it.
+        let ran = delta.cycles > 0 && delta.instructions > 0;
+        match self.state {
+            State::Observe if ran => self.observe_window(&delta, out),
+            State::Profile => {
+                self.profile_windows += 1;
+                if self.profile_windows >= self.knobs.profile_windows {
+                    self.finish_profile(out);
+                }
+            }
+            State::Search => {
+                self.stats.search_windows += 1;
+                if self.in_flight > 0 {
+                    // A migration report is missing: this window's placement is unknown.
+                    return;
+                }
+                self.skip_window = false;
+                if ran {
+                    if let Some(k) = self.measuring.take() {
+                        let (ipc, mpki) = (delta.ipc(), delta.mpki());
+                        if let Some(s) = self.search.as_mut() {
+                            s.record(k, ipc);
+                        }
+                        self.event(EventKind::SearchStep { k, ipc, mpki }, out);
+                    }
+                }
+                self.search_step(out);
+            }
+            State::Steady if ran => {
+                if self.in_flight > 0 || std::mem::take(&mut self.skip_window) {
+                    return;
+                }
+                if self.phase.observe(delta.ipc(), delta.mpki()) == PhaseVerdict::Changed {
+                    self.stats.phase_changes += 1;
+                    let reason = format!(
+                        "phase change: IPC {:.3}, MPKI {:.2} outside the ±{:.0}% band for {} windows",
+                        delta.ipc(),
+                        delta.mpki(),
+                        self.knobs.phase_band * 100.0,
+                        self.knobs.phase_windows
+                    );
+                    self.start_profile(reason, out);
+                }
+            }
+            State::Paused if self.restoring => self.restore_batch(out),
+            _ => {}
+        }
+    }
+
+    fn observe_window(&mut self, delta: &CounterDelta, out: &mut Vec<Action>) {
+        let miss_rate = if delta.llc_references == 0 {
+            0.0
+        } else {
+            delta.llc_misses as f64 / delta.llc_references as f64
+        };
+        let mpki = delta.mpki();
+        if miss_rate >= self.knobs.min_llc_miss_rate && mpki >= self.knobs.min_mpki {
+            self.observe_streak += 1;
+        } else {
+            self.observe_streak = 0;
+        }
+        if self.observe_streak >= self.knobs.observe_windows {
+            let reason = format!(
+                "LLC miss rate {:.2} ≥ {:.2} and MPKI {:.2} ≥ {:.2} for {} window(s)",
+                miss_rate,
+                self.knobs.min_llc_miss_rate,
+                mpki,
+                self.knobs.min_mpki,
+                self.observe_streak
+            );
+            self.start_profile(reason, out);
+        }
+    }
+
+    fn start_profile(&mut self, reason: String, out: &mut Vec<Action>) {
+        self.profile.clear();
+        self.profile_windows = 0;
+        self.failed.clear();
+        self.stats.profiles += 1;
+        self.transition(State::Profile, reason, out);
+        self.sampling = true;
+        out.push(Action::StartSampling(SamplingPlan {
+            period: self.knobs.sample_period,
+            cpu_budget: self.knobs.sample_cpu_budget,
+        }));
+    }
+
+    fn stop_sampling(&mut self, out: &mut Vec<Action>) {
+        if std::mem::take(&mut self.sampling) {
+            out.push(Action::StopSampling);
+        }
+    }
+
+    fn finish_profile(&mut self, out: &mut Vec<Action>) {
+        self.stop_sampling(out);
+        let params = RegionParams {
+            min_samples: self.knobs.min_samples_per_page,
+            tolerance: self.knobs.region_merge_tolerance,
+            max_gap: self.knobs.region_max_gap,
+        };
+        self.build = build_stack(&self.profile, &params);
+        let n = self.build.stack.len();
+        self.event(
+            EventKind::Profiled {
+                pages_profiled: self.profile.len(),
+                samples: self.profile.samples_total(),
+                stack_pages: n,
+                regions: self.build.regions.len(),
+            },
+            out,
+        );
+        if n == 0 {
+            self.enter_steady(
+                "the profile has no page with LLC samples: nothing to rank".into(),
+                out,
+            );
+            return;
+        }
+        if self.knobs.dry_run {
+            self.enter_steady(
+                format!("dry run: stack of {n} pages built, no page is migrated"),
+                out,
+            );
+            return;
+        }
+        // Region boundaries in stack order: where the miss rate changes.
+        let e = self.build.stack.entries();
+        let boundaries = (1..n)
+            .filter(|&i| e[i].miss_rate != e[i - 1].miss_rate)
+            .collect();
+        self.search = Some(Search::new(&self.knobs, n, boundaries));
+        self.measuring = None;
+        self.final_k = None;
+        self.search_started_at = self.stats.windows;
+        self.stats.searches += 1;
+        let reason = format!(
+            "{} search over a stack of {n} pages in {} regions",
+            self.knobs.search,
+            self.build.regions.len()
+        );
+        self.transition(State::Search, reason, out);
+        self.search_step(out);
+    }
+
+    /// Decide what the next window is for, and start the moves it needs.
+    fn search_step(&mut self, out: &mut Vec<Action>) {
+        let Some(search) = self.search.as_mut() else {
+            return;
+        };
+        let next = match self.final_k {
+            Some(k) => Next::Done(k),
+            None => search.next_step(),
+        };
+        match next {
+            Next::Measure(k) => {
+                if self.move_towards(k, out) {
+                    self.measuring = Some(k);
+                }
+            }
+            Next::Done(k) => {
+                if self.final_k.is_none() {
+                    self.final_k = Some(k);
+                    let m = search.measurements();
+                    let done = EventKind::SearchDone {
+                        k,
+                        ipc: m.mean(k),
+                        baseline_ipc: m.mean(0),
+                        windows: self.stats.windows - self.search_started_at,
+                    };
+                    self.event(done, out);
+                }
+                if self.move_towards(k, out) {
+                    let reason = format!(
+                        "search chose k = {k} of {} pages ({} confined)",
+                        self.build.stack.len(),
+                        self.confined.len()
+                    );
+                    self.enter_steady(reason, out);
+                }
+            }
+        }
+    }
+
+    fn enter_steady(&mut self, reason: String, out: &mut Vec<Action>) {
+        self.phase.reset();
+        self.transition(State::Steady, reason, out);
+    }
+
+    /// Issue the next batch (within the window's page budget) of the moves that make the
+    /// confined set the top `k` of the stack. Returns true when, once this batch is done,
+    /// the placement is complete: the next window measures `k`.
+    fn move_towards(&mut self, k: usize, out: &mut Vec<Action>) -> bool {
+        let target: HashSet<VirtPage> = self
+            .build
+            .stack
+            .top(k)
+            .filter(|p| !self.failed.contains(p))
+            .collect();
+        let restore: Vec<VirtPage> = self
+            .confined
+            .iter()
+            .filter(|p| !target.contains(p) && !self.failed.contains(p))
+            .copied()
+            .collect();
+        let pollute: Vec<VirtPage> = self
+            .build
+            .stack
+            .top(k)
+            .filter(|p| !self.confined.contains(p) && !self.failed.contains(p))
+            .collect();
+        let needed = restore.len() + pollute.len();
+        let budget = self.budget_left as usize;
+        // Restores first: they make room in the pollute buffer and undo the last guess.
+        let restore_now: Vec<VirtPage> = restore.into_iter().take(budget).collect();
+        let pollute_now: Vec<VirtPage> = pollute
+            .into_iter()
+            .take(budget - restore_now.len())
+            .collect();
+        let issued = restore_now.len() + pollute_now.len();
+        self.budget_left -= issued as u32;
+        if issued > 0 {
+            self.skip_window = true;
+        }
+        for (pages, to) in [
+            (restore_now, Placement::Restore),
+            (pollute_now, Placement::Pollute),
+        ] {
+            if !pages.is_empty() {
+                self.in_flight += 1;
+                out.push(Action::Migrate { pages, to });
+            }
+        }
+        issued == needed
+    }
+
+    fn on_migrated(&mut self, report: MigrationReport, out: &mut Vec<Action>) {
+        self.in_flight = self.in_flight.saturating_sub(1);
+        let mut failed = 0;
+        let mut first_errno = None;
+        for (i, &page) in report.pages.iter().enumerate() {
+            // A missing result means the page was not moved.
+            let result = report.results.get(i).copied().unwrap_or(Err(Errno::EINVAL));
+            match (report.to, result) {
+                (Placement::Pollute, Ok(_)) => {
+                    self.confined.insert(page);
+                    self.stats.pages_migrated += 1;
+                }
+                (Placement::Restore, Ok(_)) => {
+                    self.confined.remove(&page);
+                    self.stats.pages_migrated += 1;
+                }
+                (to, Err(errno)) => {
+                    failed += 1;
+                    first_errno.get_or_insert(errno);
+                    self.failed.insert(page);
+                    // A page that no longer exists is in no buffer.
+                    if to == Placement::Restore && matches!(errno, Errno::ENOENT | Errno::EFAULT) {
+                        self.confined.remove(&page);
+                    }
+                }
+            }
+        }
+        self.stats.migrations_failed += failed as u64;
+        if let Some(errno) = first_errno {
+            self.event(
+                EventKind::MigrationFailed {
+                    to: report.to,
+                    failed,
+                    errno,
+                },
+                out,
+            );
+        }
+        if self.restoring && self.in_flight == 0 && self.restorable().next().is_none() {
+            self.restoring = false;
+            self.event(EventKind::Restored, out);
+        }
+    }
+
+    fn restorable(&self) -> impl Iterator<Item = VirtPage> + '_ {
+        self.confined
+            .iter()
+            .copied()
+            .filter(|p| !self.failed.contains(p))
+    }
+
+    fn restore_batch(&mut self, out: &mut Vec<Action>) {
+        if self.in_flight > 0 {
+            return;
+        }
+        let pages: Vec<VirtPage> = self.restorable().take(self.budget_left as usize).collect();
+        if pages.is_empty() {
+            self.restoring = false;
+            self.event(EventKind::Restored, out);
+            return;
+        }
+        self.budget_left -= pages.len() as u32;
+        self.in_flight += 1;
+        out.push(Action::Migrate {
+            pages,
+            to: Placement::Restore,
+        });
+    }
+
+    fn on_command(&mut self, cmd: Command, out: &mut Vec<Action>) {
+        match cmd {
+            Command::Pause => {
+                if self.state != State::Paused {
+                    self.stop_sampling(out);
+                    self.transition(State::Paused, "paused by the operator".into(), out);
+                }
+            }
+            Command::Resume => {
+                if self.state == State::Paused {
+                    self.restoring = false;
+                    self.observe_streak = 0;
+                    self.transition(State::Observe, "resumed by the operator".into(), out);
+                }
+            }
+            Command::RestoreAll => {
+                self.stop_sampling(out);
+                if self.state != State::Paused {
+                    self.transition(
+                        State::Paused,
+                        "restore requested by the operator".into(),
+                        out,
+                    );
+                }
+                // New pages may be retried now: the operator wants everything back.
+                self.failed.clear();
+                self.restoring = true;
+                self.restore_batch(out);
+            }
+        }
+    }
+
+    fn transition(&mut self, to: State, reason: String, out: &mut Vec<Action>) {
+        let from = self.state;
+        self.state = to;
+        self.event(EventKind::Transition { from, to, reason }, out);
+    }
+
+    fn event(&mut self, kind: EventKind, out: &mut Vec<Action>) {
+        let e = Event {
+            window: self.stats.windows,
+            kind,
+        };
+        if self.history.len() == HISTORY_CAP {
+            self.history.pop_front();
+        }
+        self.history.push_back(e.clone());
+        out.push(Action::Report(e));
+    }
+}

@@ -1,0 +1,366 @@
+//! The knobs of one controller: what a policy file may set, with defaults.
+//!
+//! The daemon's policy files deserialize into [`Knobs`]; every field has a default, so a
+//! policy names only what it changes. [`Knobs::validate`] refuses contradictory settings with
+//! the reason, before a controller is built.
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use crate::Colour;
+
+/// Which colours make the pollute buffer: a count (the lowest `n` colours) or an explicit
+/// set of colour indices.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum PolluteColours {
+    /// The lowest `n` colours (0..n).
+    Count(u32),
+    /// These colour indices.
+    Set(Vec<u32>),
+}
+
+impl Default for PolluteColours {
+    /// One colour, as in ROCS (1/16 of the PowerPC 970FX L2).
+    fn default() -> Self {
+        PolluteColours::Count(1)
+    }
+}
+
+impl PolluteColours {
+    /// The colours, sorted and deduplicated, checked against `colours` in the cache.
+    pub fn resolve(&self, colours: u32) -> Result<Vec<Colour>, KnobError> {
+        if colours == 0 {
+            return Err(KnobError::NoColours);
+        }
+        let mut set: Vec<u32> = match self {
+            PolluteColours::Count(n) => (0..*n).collect(),
+            PolluteColours::Set(v) => v.clone(),
+        };
+        set.sort_unstable();
+        set.dedup();
+        if set.is_empty() {
+            return Err(KnobError::PolluteEmpty);
+        }
+        if let Some(&c) = set.iter().find(|&&c| c >= colours) {
+            return Err(KnobError::ColourOutOfRange { colour: c, colours });
+        }
+        if set.len() as u32 >= colours {
+            return Err(KnobError::PolluteAll { colours });
+        }
+        Ok(set.into_iter().map(Colour).collect())
+    }
+}
+
+/// How the search picks `k`, the number of pages confined from the top of the stack.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SearchMode {
+    /// ROCS Algorithm 1: confine `step` more pages per window from the top of the stack,
+    /// keep the best IPC, stop at `minPages`, restore the excess.
+    Linear,
+    /// k = 0 is always a candidate; doubling, then golden-section refinement, with repeated
+    /// windows where candidates differ by less than the measured noise.
+    #[default]
+    Adaptive,
+}
+
+impl std::fmt::Display for SearchMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            SearchMode::Linear => "linear",
+            SearchMode::Adaptive => "adaptive",
+        })
+    }
+}
+
+impl std::str::FromStr for SearchMode {
+    type Err = KnobError;
+    fn from_str(s: &str) -> Result<Self, KnobError> {
+        match s {
+            "linear" => Ok(SearchMode::Linear),
+            "adaptive" => Ok(SearchMode::Adaptive),
+            other => Err(KnobError::UnknownSearchMode(other.to_string())),
+        }
+    }
+}
+
+/// Everything a policy can tune about one target's controller.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Knobs {
+    /// Colours reserved for the pollute buffer.
+    pub pollute_colours: PolluteColours,
+    /// One sample every `sample_period` events while profiling (DESIGN.md 4.2: ≥ 1000).
+    pub sample_period: u64,
+    /// Largest share of one core that sampling may cost (0.01 = 1%).
+    pub sample_cpu_budget: f64,
+    /// Consecutive windows over both thresholds needed to leave Observe.
+    pub observe_windows: u32,
+    /// Windows of precise sampling per profile.
+    pub profile_windows: u32,
+    /// LLC samples a page needs to be ranked on its own; pages with fewer are merged into
+    /// a neighbouring region.
+    pub min_samples_per_page: u32,
+    /// Adjacent pages or regions whose miss rates differ by at most this much (plus the
+    /// sampling error of the two estimates) merge into one region.
+    pub region_merge_tolerance: f64,
+    /// Unsampled pages between two sampled pages of one region, at most this many in a row,
+    /// belong to the region (sparse sampling leaves holes in uniform regions).
+    pub region_max_gap: u32,
+    /// How `k` is searched.
+    pub search: SearchMode,
+    /// Linear search: pages confined per step; `None` picks `stack / linear_auto_steps`.
+    pub linear_step: Option<u32>,
+    /// Linear search: number of steps when `linear_step` is not set.
+    pub linear_auto_steps: u32,
+    /// Linear search (ROCS `minPages`): stop once at most this many stack pages are left
+    /// outside the pollute buffer.
+    pub linear_min_pages: u32,
+    /// Most pages migrated (either way) per window. A larger move spreads over several
+    /// windows, and windows during a partial move are not used as measurements.
+    pub page_budget: u32,
+    /// Observe → Profile needs the LLC miss rate (misses / references) at least this high...
+    pub min_llc_miss_rate: f64,
+    /// ... and at least this many LLC misses per thousand instructions.
+    pub min_mpki: f64,
+    /// Steady: a window whose IPC or MPKI differs from the phase's reference by more than
+    /// this fraction is outside the band.
+    pub phase_band: f64,
+    /// Steady: this many consecutive windows outside the band make a new phase.
+    pub phase_windows: u32,
+    /// Adaptive search: most windows measured at one `k`.
+    pub search_max_repeats: u32,
+    /// Adaptive search: differences of IPC below this fraction are never significant,
+    /// whatever the measured noise says.
+    pub search_noise_floor: f64,
+    /// Profile and build the stack, but never migrate a page.
+    pub dry_run: bool,
+}
+
+impl Default for Knobs {
+    fn default() -> Self {
+        Knobs {
+            pollute_colours: PolluteColours::default(),
+            sample_period: 2000,
+            sample_cpu_budget: 0.01,
+            observe_windows: 1,
+            profile_windows: 2,
+            min_samples_per_page: 4,
+            region_merge_tolerance: 0.10,
+            region_max_gap: 4,
+            search: SearchMode::Adaptive,
+            linear_step: None,
+            linear_auto_steps: 16,
+            linear_min_pages: 0,
+            page_budget: 4096,
+            min_llc_miss_rate: 0.25,
+            min_mpki: 1.0,
+            phase_band: 0.15,
+            phase_windows: 2,
+            search_max_repeats: 3,
+            search_noise_floor: 0.003,
+            dry_run: false,
+        }
+    }
+}
+
+/// Why a set of knobs cannot be used.
+#[derive(Clone, Debug, PartialEq, Error)]
+pub enum KnobError {
+    #[error("the cache has no colours; check the cache geometry")]
+    NoColours,
+    #[error("pollute_colours is empty: at least one colour must hold the pollute buffer")]
+    PolluteEmpty,
+    #[error("pollute_colours covers all {colours} colours: nothing would be left for the data that is reused")]
+    PolluteAll { colours: u32 },
+    #[error("pollute colour {colour} does not exist: the cache has colours 0..{colours}")]
+    ColourOutOfRange { colour: u32, colours: u32 },
+    #[error("sample_period is 0: it must be at least 1 (1000 or more recommended)")]
+    SamplePeriodZero,
+    #[error("sample_cpu_budget {0} is not in (0, 1]")]
+    CpuBudget(f64),
+    #[error("{0} is 0: it must be at least 1")]
+    Zero(&'static str),
+    #[error("linear_step is 0: each step must confine at least one page")]
+    StepZero,
+    #[error("page_budget is 0: no page could ever be migrated (use dry_run to never migrate)")]
+    BudgetZero,
+    #[error("{name} = {value} is out of range: {expected}")]
+    OutOfRange {
+        name: &'static str,
+        value: f64,
+        expected: &'static str,
+    },
+    #[error("unknown search mode {0:?}: expected \"linear\" or \"adaptive\"")]
+    UnknownSearchMode(String),
+    #[error("page_shift {0} is not a page size (expected 12..=30)")]
+    PageShift(u32),
+}
+
+impl Knobs {
+    /// Refuse contradictory or impossible knobs for a cache of `colours` colours.
+    pub fn validate(&self, colours: u32) -> Result<(), KnobError> {
+        self.pollute_colours.resolve(colours)?;
+        if self.sample_period == 0 {
+            return Err(KnobError::SamplePeriodZero);
+        }
+        if !(self.sample_cpu_budget > 0.0 && self.sample_cpu_budget <= 1.0) {
+            return Err(KnobError::CpuBudget(self.sample_cpu_budget));
+        }
+        for (name, v) in [
+            ("observe_windows", self.observe_windows),
+            ("profile_windows", self.profile_windows),
+            ("min_samples_per_page", self.min_samples_per_page),
+            ("linear_auto_steps", self.linear_auto_steps),
+            ("phase_windows", self.phase_windows),
+            ("search_max_repeats", self.search_max_repeats),
+        ] {
+            if v == 0 {
+                return Err(KnobError::Zero(name));
+            }
+        }
+        if self.linear_step == Some(0) {
+            return Err(KnobError::StepZero);
+        }
+        if self.page_budget == 0 {
+            return Err(KnobError::BudgetZero);
+        }
+        let in_unit = |name, value: f64| {
+            if (0.0..=1.0).contains(&value) {
+                Ok(())
+            } else {
+                Err(KnobError::OutOfRange {
+                    name,
+                    value,
+                    expected: "a fraction in [0, 1]",
+                })
+            }
+        };
+        in_unit("region_merge_tolerance", self.region_merge_tolerance)?;
+        in_unit("min_llc_miss_rate", self.min_llc_miss_rate)?;
+        in_unit("search_noise_floor", self.search_noise_floor)?;
+        if !(self.min_mpki.is_finite() && self.min_mpki >= 0.0) {
+            return Err(KnobError::OutOfRange {
+                name: "min_mpki",
+                value: self.min_mpki,
+                expected: "a finite number ≥ 0",
+            });
+        }
+        if !(self.phase_band.is_finite() && self.phase_band > 0.0) {
+            return Err(KnobError::OutOfRange {
+                name: "phase_band",
+                value: self.phase_band,
+                expected: "a fraction > 0 (0.15 = 15%)",
+            });
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid_for_paper_geometry() {
+        Knobs::default().validate(16).unwrap();
+        assert_eq!(
+            Knobs::default().pollute_colours.resolve(16).unwrap(),
+            vec![Colour(0)]
+        );
+    }
+
+    #[test]
+    fn contradictory_knobs_are_refused_with_reason() {
+        let bad = |f: fn(&mut Knobs)| {
+            let mut k = Knobs::default();
+            f(&mut k);
+            k.validate(16).unwrap_err()
+        };
+        assert_eq!(bad(|k| k.linear_step = Some(0)), KnobError::StepZero);
+        assert_eq!(bad(|k| k.page_budget = 0), KnobError::BudgetZero);
+        assert_eq!(
+            bad(|k| k.pollute_colours = PolluteColours::Set(vec![])),
+            KnobError::PolluteEmpty
+        );
+        assert_eq!(
+            bad(|k| k.pollute_colours = PolluteColours::Count(0)),
+            KnobError::PolluteEmpty
+        );
+        assert_eq!(
+            bad(|k| k.pollute_colours = PolluteColours::Count(16)),
+            KnobError::PolluteAll { colours: 16 }
+        );
+        assert_eq!(
+            bad(|k| k.pollute_colours = PolluteColours::Set((0..16).collect())),
+            KnobError::PolluteAll { colours: 16 }
+        );
+        assert_eq!(
+            bad(|k| k.pollute_colours = PolluteColours::Set(vec![3, 16])),
+            KnobError::ColourOutOfRange {
+                colour: 16,
+                colours: 16
+            }
+        );
+        assert_eq!(bad(|k| k.sample_period = 0), KnobError::SamplePeriodZero);
+        assert_eq!(
+            bad(|k| k.sample_cpu_budget = 0.0),
+            KnobError::CpuBudget(0.0)
+        );
+        assert_eq!(
+            bad(|k| k.profile_windows = 0),
+            KnobError::Zero("profile_windows")
+        );
+        assert!(matches!(
+            bad(|k| k.min_llc_miss_rate = 1.5),
+            KnobError::OutOfRange {
+                name: "min_llc_miss_rate",
+                ..
+            }
+        ));
+        assert!(matches!(
+            bad(|k| k.phase_band = 0.0),
+            KnobError::OutOfRange {
+                name: "phase_band",
+                ..
+            }
+        ));
+        // The reason reads as a sentence a person can act on.
+        let msg = bad(|k| k.pollute_colours = PolluteColours::Count(16)).to_string();
+        assert!(msg.contains("all 16 colours"), "{msg}");
+        // A single-colour cache cannot have a pollute buffer at all.
+        assert_eq!(
+            Knobs::default().validate(1).unwrap_err(),
+            KnobError::PolluteAll { colours: 1 }
+        );
+    }
+
+    #[test]
+    fn policy_toml_names_only_what_it_changes() {
+        let k: Knobs =
+            toml::from_str("search = \"linear\"\npollute_colours = [2, 3]\npage_budget = 512\n")
+                .unwrap();
+        assert_eq!(k.search, SearchMode::Linear);
+        assert_eq!(k.pollute_colours, PolluteColours::Set(vec![2, 3]));
+        assert_eq!(k.page_budget, 512);
+        assert_eq!(k.sample_period, Knobs::default().sample_period);
+        let k: Knobs = toml::from_str("pollute_colours = 2\nlinear_step = 64\n").unwrap();
+        assert_eq!(k.pollute_colours, PolluteColours::Count(2));
+        assert_eq!(k.linear_step, Some(64));
+        let e = toml::from_str::<Knobs>("page_budgett = 1\n").unwrap_err();
+        assert!(e.to_string().contains("page_budgett"), "{e}");
+        let back: Knobs = toml::from_str(&toml::to_string(&Knobs::default()).unwrap()).unwrap();
+        assert_eq!(back, Knobs::default());
+    }
+
+    #[test]
+    fn search_mode_parses_and_prints() {
+        assert_eq!("linear".parse::<SearchMode>().unwrap(), SearchMode::Linear);
+        assert_eq!(SearchMode::Adaptive.to_string(), "adaptive");
+        assert!(matches!(
+            "binary".parse::<SearchMode>(),
+            Err(KnobError::UnknownSearchMode(_))
+        ));
+    }
+}

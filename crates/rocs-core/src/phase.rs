@@ -1,0 +1,107 @@
+//! Phase detection: a stretch of windows whose IPC and MPKI stay within a band.
+
+use serde::{Deserialize, Serialize};
+
+/// Windows averaged into a phase's reference.
+const REFERENCE_WINDOWS: u32 = 2;
+
+/// MPKI differences are judged against at least this much MPKI, so that a program with
+/// almost no misses does not change phase on every stray miss.
+const MPKI_FLOOR: f64 = 1.0;
+
+/// What one window says about the phase.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub enum PhaseVerdict {
+    /// Still averaging the reference of a new phase.
+    Learning,
+    /// Within the band.
+    Within,
+    /// Outside the band for `strikes` windows in a row, not yet enough.
+    Outside { strikes: u32 },
+    /// Outside the band long enough: a new phase.
+    Changed,
+}
+
+/// Watches IPC and MPKI against the current phase's reference.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PhaseDetector {
+    band: f64,
+    windows: u32,
+    sum_ipc: f64,
+    sum_mpki: f64,
+    learned: u32,
+    strikes: u32,
+}
+
+impl PhaseDetector {
+    /// `band`: largest relative change within a phase; `windows`: consecutive windows
+    /// outside the band that make a new phase.
+    pub fn new(band: f64, windows: u32) -> Self {
+        PhaseDetector {
+            band,
+            windows: windows.max(1),
+            sum_ipc: 0.0,
+            sum_mpki: 0.0,
+            learned: 0,
+            strikes: 0,
+        }
+    }
+
+    /// Forget the reference: the next windows define a new one.
+    pub fn reset(&mut self) {
+        *self = PhaseDetector::new(self.band, self.windows);
+    }
+
+    /// The reference IPC and MPKI, once learned.
+    pub fn reference(&self) -> Option<(f64, f64)> {
+        (self.learned >= REFERENCE_WINDOWS).then(|| {
+            (
+                self.sum_ipc / self.learned as f64,
+                self.sum_mpki / self.learned as f64,
+            )
+        })
+    }
+
+    pub fn observe(&mut self, ipc: f64, mpki: f64) -> PhaseVerdict {
+        let Some((ref_ipc, ref_mpki)) = self.reference() else {
+            self.sum_ipc += ipc;
+            self.sum_mpki += mpki;
+            self.learned += 1;
+            return PhaseVerdict::Learning;
+        };
+        let ipc_out = (ipc - ref_ipc).abs() > self.band * ref_ipc.max(f64::MIN_POSITIVE);
+        let mpki_out = (mpki - ref_mpki).abs() > self.band * ref_mpki.max(MPKI_FLOOR);
+        if !(ipc_out || mpki_out) {
+            self.strikes = 0;
+            return PhaseVerdict::Within;
+        }
+        self.strikes += 1;
+        if self.strikes >= self.windows {
+            self.reset();
+            PhaseVerdict::Changed
+        } else {
+            PhaseVerdict::Outside {
+                strikes: self.strikes,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn two_windows_outside_the_band_make_a_phase() {
+        let mut d = PhaseDetector::new(0.15, 2);
+        assert_eq!(d.observe(1.0, 10.0), PhaseVerdict::Learning);
+        assert_eq!(d.observe(1.02, 10.0), PhaseVerdict::Learning);
+        assert_eq!(d.observe(1.1, 11.0), PhaseVerdict::Within);
+        // One spike is not a phase.
+        assert_eq!(d.observe(0.5, 10.0), PhaseVerdict::Outside { strikes: 1 });
+        assert_eq!(d.observe(1.0, 10.0), PhaseVerdict::Within);
+        assert_eq!(d.observe(1.0, 30.0), PhaseVerdict::Outside { strikes: 1 });
+        assert_eq!(d.observe(1.0, 30.0), PhaseVerdict::Changed);
+        assert_eq!(d.observe(1.0, 30.0), PhaseVerdict::Learning);
+    }
+}

@@ -1,0 +1,265 @@
+//! From a page profile to a miss-rate stack, through regions.
+//!
+//! ROCS Fig. 3 shows that programs are made of a few regions of uniform cache behaviour.
+//! Sampling gives each page only a handful of samples, so a page's own miss rate is a noisy
+//! estimate. Like DAMON, we merge address-adjacent pages of similar miss rate into regions,
+//! rank the regions by miss rate, and expand them into pages in stack order: a page with too
+//! few samples is never ranked alone, it takes its region's rate.
+
+use serde::{Deserialize, Serialize};
+
+use crate::{MissRateStack, PageProfile, StackEntry, VirtPage};
+
+/// How regions are formed.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RegionParams {
+    /// LLC samples a page needs to stand on its own.
+    pub min_samples: u32,
+    /// Miss rates closer than this (plus the sampling error) merge.
+    pub tolerance: f64,
+    /// Unsampled pages in a row that may lie inside one region.
+    pub max_gap: u32,
+}
+
+impl Default for RegionParams {
+    fn default() -> Self {
+        RegionParams {
+            min_samples: 4,
+            tolerance: 0.10,
+            max_gap: 4,
+        }
+    }
+}
+
+/// A run of address-adjacent pages with one miss rate.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Region {
+    /// First and last page (inclusive).
+    pub first: VirtPage,
+    pub last: VirtPage,
+    /// Pages of the region that have samples.
+    pub sampled_pages: u64,
+    pub hits: u64,
+    pub misses: u64,
+    /// The rate the region is ranked by.
+    pub miss_rate: f64,
+}
+
+impl Region {
+    /// Pages covered, sampled or not.
+    pub fn pages(&self) -> u64 {
+        self.last.0 - self.first.0 + 1
+    }
+
+    fn samples(&self) -> u64 {
+        self.hits + self.misses
+    }
+
+    fn raw_rate(&self) -> f64 {
+        self.misses as f64 / self.samples().max(1) as f64
+    }
+}
+
+/// Two standard errors: differences within this are not evidence of different rates.
+const MERGE_Z: f64 = 2.0;
+
+/// Whether two estimated miss rates may be the same underlying rate.
+fn similar(a: &Region, b: &Region, tol: f64) -> bool {
+    let (na, nb) = (a.samples().max(1) as f64, b.samples().max(1) as f64);
+    let (ra, rb) = (a.raw_rate(), b.raw_rate());
+    let pooled = (a.misses + b.misses) as f64 / (na + nb);
+    let se = (pooled * (1.0 - pooled) * (1.0 / na + 1.0 / nb)).sqrt();
+    (ra - rb).abs() <= tol + MERGE_Z * se
+}
+
+fn merge(a: &Region, b: &Region) -> Region {
+    Region {
+        first: a.first.min(b.first),
+        last: a.last.max(b.last),
+        sampled_pages: a.sampled_pages + b.sampled_pages,
+        hits: a.hits + b.hits,
+        misses: a.misses + b.misses,
+        miss_rate: 0.0,
+    }
+}
+
+/// The stack and the regions it was built from.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct StackBuild {
+    pub stack: MissRateStack,
+    /// Regions ordered by address.
+    pub regions: Vec<Region>,
+}
+
+/// Build regions from `profile` and expand them into a miss-rate stack.
+///
+/// Every page with at least one LLC sample is in the stack exactly once, and so is every
+/// unsampled page lying inside a region (a hole of at most `max_gap` pages between sampled
+/// pages of similar rate). Pages of one region are contiguous in the stack.
+pub fn build_stack(profile: &PageProfile, params: &RegionParams) -> StackBuild {
+    let pages: Vec<Region> = profile
+        .sorted()
+        .into_iter()
+        .filter(|(_, c)| c.llc_samples() > 0)
+        .map(|(p, c)| Region {
+            first: p,
+            last: p,
+            sampled_pages: 1,
+            hits: c.hits as u64,
+            misses: c.misses as u64,
+            miss_rate: 0.0,
+        })
+        .collect();
+    if pages.is_empty() {
+        return StackBuild::default();
+    }
+    let adjacent = |a: &Region, b: &Region| b.first.0 - a.last.0 <= params.max_gap as u64 + 1;
+    let min = params.min_samples as u64;
+
+    // Pass 1: left to right, grow a region while the next page is adjacent and either
+    // similar or too thinly sampled to say otherwise.
+    let mut regions: Vec<Region> = Vec::new();
+    for p in pages {
+        match regions.last_mut() {
+            Some(r)
+                if adjacent(r, &p)
+                    && (p.samples() < min
+                        || r.samples() < min
+                        || similar(r, &p, params.tolerance)) =>
+            {
+                *r = merge(r, &p);
+            }
+            _ => regions.push(p),
+        }
+    }
+    // Pass 2: merge adjacent regions that turned out similar (a running mean can split a
+    // uniform region early), until nothing changes.
+    loop {
+        let mut merged = Vec::with_capacity(regions.len());
+        let mut changed = false;
+        for r in regions {
+            match merged.last_mut() {
+                Some(prev) if adjacent(prev, &r) && similar(prev, &r, params.tolerance) => {
+                    *prev = merge(prev, &r);
+                    changed = true;
+                }
+                _ => merged.push(r),
+            }
+        }
+        regions = merged;
+        if !changed {
+            break;
+        }
+    }
+
+    // Rates: a region with enough samples has its own; a thin isolated one is pulled
+    // towards the profile's overall rate, so a page seen once or twice never tops the stack.
+    let (all_hits, all_misses) = regions
+        .iter()
+        .fold((0, 0), |(h, m), r| (h + r.hits, m + r.misses));
+    let global = all_misses as f64 / (all_hits + all_misses).max(1) as f64;
+    for r in &mut regions {
+        let n = r.samples();
+        r.miss_rate = if n >= min {
+            r.raw_rate()
+        } else {
+            (r.misses as f64 + (min - n) as f64 * global) / min as f64
+        };
+    }
+
+    // Expand: every page of the region (sampled or in a hole) gets the region's rate; the
+    // stack orders by rate, then more misses, then address, so a region stays contiguous
+    // unless two regions have exactly the same rate.
+    let mut entries = Vec::new();
+    for r in &regions {
+        for page in r.first.0..=r.last.0 {
+            let c = profile.get(VirtPage(page)).unwrap_or_default();
+            entries.push(StackEntry {
+                page: VirtPage(page),
+                hits: c.hits as u64,
+                misses: c.misses as u64,
+                miss_rate: r.miss_rate,
+            });
+        }
+    }
+    StackBuild {
+        stack: MissRateStack::from_entries(entries),
+        regions,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::DataSource::*;
+
+    fn record(p: &mut PageProfile, page: u64, hits: u32, misses: u32) {
+        for _ in 0..hits {
+            p.record(page << 12, LlcHit);
+        }
+        for _ in 0..misses {
+            p.record(page << 12, LlcMiss);
+        }
+    }
+
+    #[test]
+    fn uniform_regions_merge_and_rank_by_rate() {
+        // An art-like profile: pages 100..110 streamed (80% miss), 120..125 reused (40%).
+        let mut p = PageProfile::new(12);
+        for page in 100..110 {
+            record(&mut p, page, 2, 8);
+        }
+        for page in 120..126 {
+            record(&mut p, page, 6, 4);
+        }
+        let b = build_stack(&p, &RegionParams::default());
+        assert_eq!(b.regions.len(), 2, "{:?}", b.regions);
+        assert_eq!(
+            (b.regions[0].first, b.regions[0].last),
+            (VirtPage(100), VirtPage(109))
+        );
+        let order: Vec<u64> = b.stack.top(16).map(|v| v.0).collect();
+        assert!(order[..10].iter().all(|p| (100..110).contains(p)));
+        assert!(order[10..].iter().all(|p| (120..126).contains(p)));
+    }
+
+    #[test]
+    fn thin_pages_are_not_ranked_alone() {
+        // One sample, a miss, on an isolated page: its own rate would be 100% and put it on
+        // top. It is pulled towards the overall rate instead.
+        let mut p = PageProfile::new(12);
+        for page in 0..10 {
+            record(&mut p, page, 1, 9);
+        }
+        for page in 100..110 {
+            record(&mut p, page, 9, 1);
+        }
+        record(&mut p, 1000, 0, 1);
+        let b = build_stack(&p, &RegionParams::default());
+        let pos = b.stack.top(21).position(|v| v == VirtPage(1000)).unwrap();
+        assert_eq!(pos, 10, "after the 90% region, before the 10% one");
+        // A thin page inside a region takes the region's rate.
+        let mut p = PageProfile::new(12);
+        for page in 0..20 {
+            if page == 7 {
+                record(&mut p, page, 1, 0);
+            } else {
+                record(&mut p, page, 1, 9);
+            }
+        }
+        let b = build_stack(&p, &RegionParams::default());
+        assert_eq!(b.regions.len(), 1);
+        assert_eq!(b.stack.len(), 20);
+    }
+
+    #[test]
+    fn holes_inside_a_region_are_filled_but_not_across_a_gap() {
+        let mut p = PageProfile::new(12);
+        for page in [0u64, 2, 4, 6, 20, 22] {
+            record(&mut p, page, 1, 9);
+        }
+        let b = build_stack(&p, &RegionParams::default());
+        assert_eq!(b.regions.len(), 2);
+        assert_eq!(b.stack.len(), 7 + 3);
+    }
+}
