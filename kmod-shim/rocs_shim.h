@@ -18,11 +18,11 @@
 struct rocs_pool {
 	unsigned int colours;		/* power of two */
 	unsigned long limit;		/* most frames held in total */
-	unsigned long per_colour_limit;	/* limit / colours */
 	unsigned long held;		/* frames held now */
 	u64 allocated;			/* frames taken from the page allocator */
 	u64 released;			/* stash frames given back unused */
 	unsigned long count[ROCS_SHIM_MAX_COLOURS];
+	unsigned long limit_of[ROCS_SHIM_MAX_COLOURS];	/* most frames held per colour */
 	struct list_head frames[ROCS_SHIM_MAX_COLOURS];
 };
 
@@ -31,7 +31,9 @@ static inline unsigned int rocs_colour_of(const struct rocs_pool *pool, struct p
 	return page_to_pfn(page) & (pool->colours - 1);
 }
 
-void rocs_pool_init(struct rocs_pool *pool, unsigned int colours, unsigned long limit);
+void rocs_pool_init(struct rocs_pool *pool, unsigned int colours, unsigned long limit,
+		    const unsigned long *pollute);
+void rocs_pool_fill(struct rocs_pool *pool, const unsigned long *colours);
 void rocs_pool_drain(struct rocs_pool *pool);
 struct page *rocs_pool_take(struct rocs_pool *pool, const unsigned long *wanted,
 			    unsigned int *cursor);

@@ -62,6 +62,7 @@ static const int rocs_fail_errno[ROCS_SHIM_FAIL_NR] = {
 	[ROCS_SHIM_FAIL_UNSUPPORTED] = EOPNOTSUPP,
 	[ROCS_SHIM_FAIL_BUSY] = EBUSY,
 	[ROCS_SHIM_FAIL_NOMEM] = ENOMEM,
+	[ROCS_SHIM_FAIL_EXITED] = ESRCH,
 };
 
 static s32 rocs_fail(unsigned int reason)
@@ -343,12 +344,20 @@ static int rocs_walk(struct rocs_call *call, struct rocs_entry *entries, u64 cou
 			status[entries[i].index] =
 				call->result[(entries[i].addr - start) >> PAGE_SHIFT];
 
-		if (need_resched() || fatal_signal_pending(current)) {
+		/* Let the target map and unmap (and others run) between runs. */
+		if (need_resched() || mmap_lock_is_contended(call->mm) ||
+		    fatal_signal_pending(current)) {
 			mmap_read_unlock(call->mm);
 			if (fatal_signal_pending(current))
 				return -EINTR;
 			cond_resched();
 			mmap_read_lock(call->mm);
+		}
+		/* Only our reference is left: the target has exited, stop moving its pages. */
+		if (atomic_read(&call->mm->mm_users) <= 1) {
+			for (; i < count; i++)
+				status[entries[i].index] =
+					call->migrate ? rocs_fail(ROCS_SHIM_FAIL_EXITED) : -ESRCH;
 		}
 	}
 	mmap_read_unlock(call->mm);
@@ -452,7 +461,7 @@ static long rocs_ioctl_configure(void __user *argp)
 
 	if (copy_from_user(&cfg, argp, sizeof(cfg)))
 		return -EFAULT;
-	if (cfg.reserved || cfg.colours < 2 || cfg.colours > ROCS_SHIM_MAX_COLOURS ||
+	if ((cfg.flags & ~ROCS_SHIM_CONFIG_PREFILL) || cfg.colours < 2 || cfg.colours > ROCS_SHIM_MAX_COLOURS ||
 	    !is_power_of_2(cfg.colours) || cfg.pool_limit > ROCS_SHIM_MAX_POOL_LIMIT)
 		return -EINVAL;
 	bitmap_from_arr64(mask, cfg.pollute_mask, ROCS_SHIM_MAX_COLOURS);
@@ -464,8 +473,10 @@ static long rocs_ioctl_configure(void __user *argp)
 
 	/* The stash is sorted by the old geometry: give it back and start again. */
 	rocs_pool_drain(&rocs_pool);
-	rocs_pool_init(&rocs_pool, cfg.colours, cfg.pool_limit);
+	rocs_pool_init(&rocs_pool, cfg.colours, cfg.pool_limit, mask);
 	rocs_set_colours(cfg.colours, mask);
+	if (cfg.flags & ROCS_SHIM_CONFIG_PREFILL)
+		rocs_pool_fill(&rocs_pool, rocs_pollute);
 	return 0;
 }
 
@@ -564,10 +575,10 @@ static int __init rocs_init(void)
 		       ROCS_SHIM_MAX_POOL_LIMIT);
 		return -EINVAL;
 	}
-	rocs_pool_init(&rocs_pool, colours, pool_limit);
 	/* Until the daemon configures it, the pollute buffer is colour 0. */
 	bitmap_zero(mask, ROCS_SHIM_MAX_COLOURS);
 	set_bit(0, mask);
+	rocs_pool_init(&rocs_pool, colours, pool_limit, mask);
 	rocs_set_colours(colours, mask);
 
 	err = misc_register(&rocs_dev);

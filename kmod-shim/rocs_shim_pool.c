@@ -21,18 +21,28 @@
 /* Bounded work per frame asked for; beyond it the request gets ENOMEM. */
 #define ROCS_BLOCK_TRIES 4
 
-void rocs_pool_init(struct rocs_pool *pool, unsigned int colours, unsigned long limit)
+/*
+ * An empty stash for @colours colours. Half of @limit goes to the pollute colours and half
+ * to the others: pollute frames are the scarce ones (finding one costs colours/npollute
+ * allocations), and Restore needs ordinary frames at the same rate as Pollute needs them.
+ */
+void rocs_pool_init(struct rocs_pool *pool, unsigned int colours, unsigned long limit,
+		    const unsigned long *pollute)
 {
+	unsigned int npollute = bitmap_weight(pollute, colours);
 	unsigned int c;
 
 	pool->colours = colours;
 	pool->limit = limit;
-	pool->per_colour_limit = limit / colours;
 	pool->held = 0;
 	for (c = 0; c < ROCS_SHIM_MAX_COLOURS; c++) {
 		pool->count[c] = 0;
+		pool->limit_of[c] = 0;
 		INIT_LIST_HEAD(&pool->frames[c]);
 	}
+	for (c = 0; c < colours; c++)
+		pool->limit_of[c] = test_bit(c, pollute) ? (limit / 2) / npollute
+							 : (limit - limit / 2) / (colours - npollute);
 }
 
 /* Give every stashed frame back to the page allocator. */
@@ -57,7 +67,7 @@ static void rocs_pool_put(struct rocs_pool *pool, struct page *page)
 {
 	unsigned int c = rocs_colour_of(pool, page);
 
-	if (pool->count[c] < pool->per_colour_limit) {
+	if (pool->count[c] < pool->limit_of[c]) {
 		list_add(&page->lru, &pool->frames[c]);
 		pool->count[c]++;
 		pool->held++;
@@ -130,4 +140,31 @@ struct page *rocs_pool_take(struct rocs_pool *pool, const unsigned long *wanted,
 		rocs_pool_put(pool, frame);
 	}
 	return NULL;
+}
+
+/*
+ * Fill the stash of every colour set in @wanted up to its limit, as far as the page
+ * allocator allows. Each block brings one frame of every colour, so the work is one
+ * block per missing frame of the emptiest wanted colour.
+ */
+void rocs_pool_fill(struct rocs_pool *pool, const unsigned long *wanted)
+{
+	unsigned int order = ilog2(pool->colours);
+	unsigned long missing = 0, blocks;
+	unsigned int c, i;
+
+	for_each_set_bit(c, wanted, pool->colours)
+		missing = max(missing, pool->limit_of[c] - pool->count[c]);
+	for (blocks = 0; blocks < missing; blocks++) {
+		struct page *block = alloc_pages(ROCS_GFP, order);
+
+		if (!block)
+			return;
+		pool->allocated += 1UL << order;
+		if (order)
+			split_page(block, order);
+		for (i = 0; i < (1U << order); i++)
+			rocs_pool_put(pool, block + i);
+		cond_resched();
+	}
 }

@@ -44,6 +44,7 @@
 #define ROCS_SHIM_FAIL_BUSY 4        /* -EBUSY: the kernel would not isolate or move it
 				      * (pinned, locked, swapped out, THP split failed) */
 #define ROCS_SHIM_FAIL_NOMEM 5       /* -ENOMEM: no free frame of a wanted colour */
+#define ROCS_SHIM_FAIL_EXITED 6      /* -ESRCH: the target exited during the call */
 #define ROCS_SHIM_FAIL_NR 8
 
 /* INFO: what the module is and how it is configured. */
@@ -58,10 +59,17 @@ struct rocs_shim_info {
 	__u64 pollute_mask[ROCS_SHIM_MASK_WORDS]; /* bit c set: colour c is a pollute colour */
 };
 
-/* CONFIGURE: the colour geometry (from the LLC), the pollute colours, the stash bound. */
+/* rocs_shim_config.flags: fill the pollute colours' share of the stash now, so that the
+ * first MIGRATE to Pollute does not pay for finding frames of those colours. */
+#define ROCS_SHIM_CONFIG_PREFILL 1U
+
+/*
+ * CONFIGURE: the colour geometry (from the LLC), the pollute colours, the stash bound.
+ * Half of pool_limit is shared by the pollute colours, half by the others.
+ */
 struct rocs_shim_config {
 	__u32 colours;   /* power of two, 2..ROCS_SHIM_MAX_COLOURS */
-	__u32 reserved;  /* must be 0 */
+	__u32 flags;     /* ROCS_SHIM_CONFIG_*; other bits must be 0 */
 	__u64 pool_limit; /* 0..ROCS_SHIM_MAX_POOL_LIMIT frames */
 	/* Non-empty, only colours < colours, and not every colour (Restore needs one). */
 	__u64 pollute_mask[ROCS_SHIM_MASK_WORDS];

@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# rocs_shim.ko inside a real Linux kernel.
+#
+# Builds the module against the headers of an installed Debian kernel and a static guest
+# test program, packs them with busybox into an initramfs, boots that kernel under
+# qemu (TCG: KVM here cannot boot it) with two NUMA nodes, runs the suite in the guest and
+# reads the results from the serial console. Prints "N passed, M failed" and the
+# throughput line, and exits non-zero when a test fails, the guest does not finish, or the
+# guest's kernel log holds a WARNING, BUG, oops or sanitizer report.
+#
+#   tests/vm/run.sh                 # everything, installs what is missing (apt-get)
+#   ROCS_VM_KVER=6.1.0-26-amd64 tests/vm/run.sh   # pick a kernel
+#   ROCS_VM_KEEP=1 tests/vm/run.sh  # keep the work directory (console log, initramfs)
+#   ROCS_VM_TESTS="pollute restore" tests/vm/run.sh   # run only these guest tests
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+TIMEOUT=${ROCS_VM_TIMEOUT:-280}
+say() { printf '[vm] %s\n' "$*"; }
+
+# --- what is needed on the host ---------------------------------------------------------
+installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
+have_kernel() { # a kernel image with its headers
+    local v
+    for v in $(ls /boot/vmlinuz-* 2>/dev/null | sed 's|.*/vmlinuz-||'); do
+        [ -e "/lib/modules/$v/build/Makefile" ] && return 0
+    done
+    return 1
+}
+need=()
+command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)
+installed busybox-static || need+=(busybox-static)
+have_kernel || need+=(linux-image-amd64 linux-headers-amd64)
+command -v cpio >/dev/null || need+=(cpio)
+command -v gcc >/dev/null || need+=(gcc libc6-dev)
+command -v make >/dev/null || need+=(make)
+if [ ${#need[@]} -gt 0 ]; then
+    say "installing ${need[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+# --- which kernel: the newest installed image that has its headers ----------------------
+KVER=${ROCS_VM_KVER:-}
+if [ -z "$KVER" ]; then
+    for v in $(ls /boot/vmlinuz-* | sed 's|.*/vmlinuz-||' | sort -V); do
+        [ -e "/lib/modules/$v/build/Makefile" ] && KVER=$v
+    done
+fi
+if [ -z "$KVER" ] || [ ! -r "/boot/vmlinuz-$KVER" ]; then
+    echo "tests/vm: no kernel image with headers in /boot and /lib/modules; install linux-image-amd64 and linux-headers-amd64" >&2
+    exit 2
+fi
+KDIR=/lib/modules/$KVER/build
+say "kernel $KVER (headers $KDIR)"
+
+WORK=$(mktemp -d /tmp/rocs-vm.XXXXXX)
+if [ -z "${ROCS_VM_KEEP:-}" ]; then trap 'rm -rf "$WORK"' EXIT; else say "work directory $WORK"; fi
+
+# --- build: the module (out of the source tree) and the guest program -------------------
+mkdir -p "$WORK/kmod"
+cp -r "$ROOT"/kmod-shim/Kbuild "$ROOT"/kmod-shim/Makefile "$ROOT"/kmod-shim/*.c \
+    "$ROOT"/kmod-shim/*.h "$ROOT"/kmod-shim/include "$WORK/kmod/"
+make -s -C "$WORK/kmod" KDIR="$KDIR" >"$WORK/kmod-build.log" 2>&1 || {
+    cat "$WORK/kmod-build.log" >&2; echo "tests/vm: the module does not build against $KVER" >&2; exit 1; }
+if grep -q "warning:" "$WORK/kmod-build.log"; then
+    cat "$WORK/kmod-build.log" >&2; echo "tests/vm: the module builds with warnings" >&2; exit 1
+fi
+
+INITRD_ROOT=$WORK/initramfs
+mkdir -p "$INITRD_ROOT"/{bin,sbin,usr/bin,usr/sbin,proc,sys,dev,tmp,root}
+gcc -static -O2 -Wall -Wextra -Werror -pthread -I"$ROOT/kmod-shim/include/uapi" \
+    -o "$INITRD_ROOT/shimtest" "$ROOT/tests/vm/guest/shimtest.c"
+cp "$WORK/kmod/rocs_shim.ko" "$INITRD_ROOT/rocs_shim.ko"
+cp /bin/busybox "$INITRD_ROOT/bin/busybox"
+cat >"$INITRD_ROOT/init" <<EOF
+#!/bin/busybox sh
+/bin/busybox --install -s /bin
+mount -t proc proc /proc
+mount -t sysfs sys /sys
+mount -t devtmpfs dev /dev
+mount -t tmpfs tmp /tmp
+echo ROCS-GUEST-START
+/shimtest /rocs_shim.ko ${ROCS_VM_TESTS:-}
+echo "ROCS-SUITE-EXIT \$?"
+echo ROCS-DMESG-BEGIN
+dmesg
+echo ROCS-DMESG-END
+poweroff -f
+EOF
+chmod +x "$INITRD_ROOT/init"
+(cd "$INITRD_ROOT" && find . | cpio -o -H newc --quiet | gzip -1 >"$WORK/initramfs.gz")
+
+# --- boot: two NUMA nodes (the move_pages comparison), serial console to a file ---------
+LOG=$WORK/console.log
+say "booting (qemu -accel tcg, timeout ${TIMEOUT}s)"
+start=$(date +%s)
+set +e
+timeout "$TIMEOUT" qemu-system-x86_64 -accel tcg -cpu max -m 1G -smp 2,sockets=2,cores=1,threads=1 \
+    -object memory-backend-ram,id=m0,size=512M -object memory-backend-ram,id=m1,size=512M \
+    -numa node,nodeid=0,cpus=0,memdev=m0 -numa node,nodeid=1,cpus=1,memdev=m1 \
+    -kernel "/boot/vmlinuz-$KVER" -initrd "$WORK/initramfs.gz" \
+    -append "console=ttyS0,115200 loglevel=5 panic=-1 mitigations=off transparent_hugepage=madvise" \
+    -display none -monitor none -serial "file:$LOG" -no-reboot
+qemu_rc=$?
+set -e
+say "guest ran $(( $(date +%s) - start ))s (qemu exit $qemu_rc)"
+
+# --- verdict -----------------------------------------------------------------------------
+grep -E '^(ok|not ok|#) ' "$LOG" | tr -d '\r' || true
+passed=$(grep -c '^ok ' "$LOG" || true)
+failed=$(grep -c '^not ok ' "$LOG" || true)
+bad=0
+if [ "$qemu_rc" -eq 124 ]; then echo "tests/vm: the guest did not finish within ${TIMEOUT}s" >&2; bad=1; fi
+if ! grep -q '^ROCS-SUITE-EXIT' "$LOG"; then
+    echo "tests/vm: the suite did not run to its end; last console lines:" >&2
+    tail -n 40 "$LOG" >&2
+    bad=1
+fi
+# The kernel's own reports of trouble, anywhere in the guest's log.
+if grep -nE 'WARNING:|BUG:|Oops|general protection fault|Kernel panic|KASAN|UBSAN|KFENCE|Call Trace|list_(add|del) corruption|Bad page (state|map)|soft lockup|hung_task|stall' "$LOG" >"$WORK/kernel-trouble.txt"; then
+    echo "tests/vm: the guest kernel reported trouble:" >&2
+    head -n 60 "$WORK/kernel-trouble.txt" >&2
+    bad=1
+fi
+echo "$passed passed, $failed failed"
+if [ "$failed" -ne 0 ] || [ "$passed" -eq 0 ] || [ "$bad" -ne 0 ]; then
+    if [ -z "${ROCS_VM_KEEP:-}" ]; then
+        cp "$LOG" /tmp/rocs-vm-console.log
+        echo "console log: /tmp/rocs-vm-console.log" >&2
+    fi
+    exit 1
+fi
