@@ -1,0 +1,354 @@
+//! What this machine can do for rocs, checked for real: `rocsctl doctor`.
+
+use std::path::Path;
+
+use serde::Serialize;
+
+use crate::abi::*;
+use crate::cpu::{CpuInfo, KernelVersion};
+use crate::events::{explain_open_error, open_event, Target};
+use crate::geometry::{detect_geometry, page_size};
+use crate::plan::{
+    missing_core_pmu, select_plan, software_page_fault_plan, EventChoice, EventSpec, SourceRule,
+};
+use crate::pmu::PmuInventory;
+
+/// The verdict of one check.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Yes,
+    No,
+    Warn,
+    Info,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Check {
+    /// Stable machine-readable name.
+    pub name: &'static str,
+    pub status: Status,
+    pub detail: String,
+    /// What to do about a `no` or `warn`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fix: Option<String>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct DoctorReport {
+    pub checks: Vec<Check>,
+    /// True when precise memory sampling works here (a hardware plan's events opened).
+    pub precise_sampling: bool,
+}
+
+impl DoctorReport {
+    pub fn get(&self, name: &str) -> Option<&Check> {
+        self.checks.iter().find(|c| c.name == name)
+    }
+}
+
+fn check(
+    name: &'static str,
+    status: Status,
+    detail: impl Into<String>,
+    fix: Option<String>,
+) -> Check {
+    Check {
+        name,
+        status,
+        detail: detail.into(),
+        fix,
+    }
+}
+
+/// Effective capabilities of this process (CapEff of /proc/self/status).
+pub fn effective_caps() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("CapEff:"))
+                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        })
+        .unwrap_or(0)
+}
+
+pub const CAP_SYS_PTRACE: u32 = 19;
+pub const CAP_SYS_ADMIN: u32 = 21;
+pub const CAP_PERFMON: u32 = 38;
+
+/// Version of the shim's ABI when its device exists; `None` when not loaded. The shim
+/// client (crate::shim) owns the query; until it offers one this reports presence only.
+fn shim_state() -> Option<String> {
+    Path::new("/dev/rocs_shim")
+        .exists()
+        .then(|| "present (ABI version query: see `rocsctl` shim commands)".to_string())
+}
+
+/// Try opening one spec on this process, counting only (no ring), to see if the PMU takes it.
+fn try_open(spec: &EventSpec, period: u64) -> Result<(), String> {
+    open_event(
+        spec,
+        Target {
+            pid: 0,
+            cpu: None,
+            inherit: false,
+        },
+        period,
+        0,
+        None,
+    )
+    .map(drop)
+    .map_err(|e| explain_open_error(&e, &spec.name))
+}
+
+fn generic(name: &str, type_: u32, config: u64) -> EventSpec {
+    EventSpec {
+        name: name.into(),
+        pmu_type: type_,
+        config,
+        config1: 0,
+        config2: 0,
+        precise_ip: 0,
+        sample_type: 0,
+        samples: false,
+        exclude_kernel: true,
+        source: SourceRule::None,
+    }
+}
+
+/// Run every check against the live system rooted at `/` (`sys_root` is normally "/sys").
+pub fn run(sys_root: &Path) -> DoctorReport {
+    let cpu = CpuInfo::detect().unwrap_or_else(|_| CpuInfo::parse(""));
+    let kernel = KernelVersion::running().unwrap_or(KernelVersion::new(0, 0, 0));
+    let pmus = PmuInventory::read(sys_root);
+    let mut checks = Vec::new();
+
+    checks.push(check(
+        "cpu",
+        Status::Info,
+        format!(
+            "{} ({:?}, family {}, model {:#x}{}){}",
+            cpu.model_name,
+            cpu.vendor,
+            cpu.family,
+            cpu.model,
+            cpu.microarchitecture()
+                .map(|m| format!(", {m}"))
+                .unwrap_or_default(),
+            if cpu.hypervisor {
+                ", running under a hypervisor"
+            } else {
+                ""
+            }
+        ),
+        None,
+    ));
+    checks.push(check("kernel", Status::Info, kernel.to_string(), None));
+    checks.push(check(
+        "pmus",
+        Status::Info,
+        format!("/sys/bus/event_source/devices: {}", pmus.names().join(", ")),
+        None,
+    ));
+
+    match pmus.core_pmu() {
+        Some(core) => checks.push(check(
+            "hardware_pmu",
+            Status::Yes,
+            format!("core PMU `{}` (type {})", core.name, core.type_),
+            None,
+        )),
+        None => {
+            let why = missing_core_pmu(&cpu);
+            checks.push(check("hardware_pmu", Status::No, why.why, Some(why.fix)));
+        }
+    }
+
+    let mut precise = false;
+    match select_plan(&cpu, &pmus, kernel, EventChoice::Auto) {
+        Ok(plan) => {
+            checks.push(check("precise_plan", Status::Yes, plan.label.clone(), None));
+            for spec in plan.events() {
+                let r = try_open(spec, plan.default_period);
+                let ok = r.is_ok();
+                checks.push(match r {
+                    Ok(()) => check(
+                        "precise_event",
+                        Status::Yes,
+                        format!("{} opens", spec.name),
+                        None,
+                    ),
+                    Err(e) => check(
+                        "precise_event",
+                        Status::No,
+                        format!("{} refused: {e}", spec.name),
+                        Some(
+                            "check the hardware_pmu and permission lines; on a VM enable the vPMU"
+                                .into(),
+                        ),
+                    ),
+                });
+                precise = ok && spec.samples || precise;
+            }
+            if let Some(why) = &plan.live_unsupported {
+                checks.push(check(
+                    "precise_live",
+                    Status::Warn,
+                    why.clone(),
+                    Some("import perf.data files instead: `rocsctl profile --perf-data`".into()),
+                ));
+            }
+        }
+        Err(e) => checks.push(check("precise_plan", Status::No, e.why, Some(e.fix))),
+    }
+
+    let sw = software_page_fault_plan();
+    let sw_spec = sw.events().next().expect("software plan has an event");
+    checks.push(match try_open(sw_spec, 1) {
+        Ok(()) => check(
+            "software_sampling",
+            Status::Yes,
+            "page-fault sampling with data addresses opens (`--event page-faults`; not cache misses)",
+            None,
+        ),
+        Err(e) => check("software_sampling", Status::No, e, Some("perf_event must be enabled in the kernel (CONFIG_PERF_EVENTS)".into())),
+    });
+
+    let counting: Vec<_> = [
+        ("instructions", HW_INSTRUCTIONS),
+        ("cycles", HW_CPU_CYCLES),
+        ("LLC references", HW_CACHE_REFERENCES),
+        ("LLC misses", HW_CACHE_MISSES),
+    ]
+    .iter()
+    .map(|(n, c)| (n, try_open(&generic(n, TYPE_HARDWARE, *c), 0)))
+    .collect();
+    let refused: Vec<_> = counting.iter().filter(|(_, r)| r.is_err()).collect();
+    checks.push(if refused.is_empty() {
+        check("counting_group", Status::Yes, "instructions, cycles, LLC references and misses open", None)
+    } else {
+        check(
+            "counting_group",
+            Status::No,
+            format!(
+                "refused: {}: {}",
+                refused.iter().map(|(n, _)| **n).collect::<Vec<_>>().join(", "),
+                refused[0].1.as_ref().unwrap_err()
+            ),
+            Some("the controller's IPC/MPKI windows need these counters: a hardware PMU (or vPMU) is required".into()),
+        )
+    });
+
+    let paranoid = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
+        .ok()
+        .and_then(|s| s.trim().parse::<i32>().ok());
+    let caps = effective_caps();
+    let has = |c: u32| caps & (1 << c) != 0;
+    let privileged = has(CAP_PERFMON) || has(CAP_SYS_ADMIN);
+    checks.push(match paranoid {
+        Some(p) if p <= 1 || privileged => check(
+            "perf_event_paranoid",
+            Status::Yes,
+            format!(
+                "{p}{}",
+                if privileged && p > 1 {
+                    " (bypassed: this process has CAP_PERFMON/CAP_SYS_ADMIN)"
+                } else {
+                    ""
+                }
+            ),
+            None,
+        ),
+        Some(p) => check(
+            "perf_event_paranoid",
+            Status::No,
+            format!("{p}: unprivileged processes may only profile themselves in user mode"),
+            Some(
+                "run rocsd as root or with CAP_PERFMON, or `sysctl kernel.perf_event_paranoid=1`"
+                    .into(),
+            ),
+        ),
+        None => check(
+            "perf_event_paranoid",
+            Status::No,
+            "/proc/sys/kernel/perf_event_paranoid is missing",
+            Some("the kernel lacks perf_event support (CONFIG_PERF_EVENTS)".into()),
+        ),
+    });
+    let names: Vec<&str> = [
+        (CAP_PERFMON, "CAP_PERFMON"),
+        (CAP_SYS_ADMIN, "CAP_SYS_ADMIN"),
+        (CAP_SYS_PTRACE, "CAP_SYS_PTRACE"),
+    ]
+    .iter()
+    .filter(|(c, _)| has(*c))
+    .map(|(_, n)| *n)
+    .collect();
+    checks.push(if privileged && has(CAP_SYS_PTRACE) {
+        check("capabilities", Status::Yes, names.join(", "), None)
+    } else {
+        check(
+            "capabilities",
+            Status::No,
+            format!("effective: {}", if names.is_empty() { "none of CAP_PERFMON, CAP_SYS_ADMIN, CAP_SYS_PTRACE".to_string() } else { names.join(", ") }),
+            Some("sampling other users' processes needs CAP_PERFMON (or CAP_SYS_ADMIN) and CAP_SYS_PTRACE: run as root or grant them (systemd: AmbientCapabilities=)".into()),
+        )
+    });
+
+    let thp = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").ok();
+    let mode = thp.as_deref().and_then(|t| {
+        let s = t.find('[')?;
+        let e = t[s..].find(']')?;
+        Some(t[s + 1..s + e].to_string())
+    });
+    checks.push(match mode.as_deref() {
+        Some("always") => check(
+            "thp",
+            Status::Warn,
+            "transparent huge pages: always; huge pages blur a per-4K-page profile and the shim moves 4 KiB pages",
+            Some("`echo madvise > /sys/kernel/mm/transparent_hugepage/enabled` (or exclude the targets from THP)".into()),
+        ),
+        Some(m) => check("thp", Status::Yes, format!("transparent huge pages: {m}"), None),
+        None => check("thp", Status::Info, "transparent huge pages: not available", None),
+    });
+
+    checks.push(match shim_state() {
+        Some(s) => check("shim", Status::Yes, format!("/dev/rocs_shim {s}"), None),
+        None => check(
+            "shim",
+            Status::No,
+            "not loaded (/dev/rocs_shim is absent): pages can be profiled but not moved",
+            Some("build and load the module: `make -C kmod-shim && insmod kmod-shim/rocs_shim.ko` (or `dkms install`)".into()),
+        ),
+    });
+
+    match detect_geometry(sys_root, &cpu, page_size(), None) {
+        Ok(g) => checks.push(check(
+            "geometry",
+            Status::Info,
+            format!(
+                "LLC {} KiB, {}-way, {} B lines, {} slice(s) x {} sets: {} colours of {} B pages",
+                g.llc.size() >> 10,
+                g.llc.ways,
+                g.llc.line_size,
+                g.llc.slices,
+                g.llc.sets_per_slice,
+                g.colours,
+                g.llc.page_size
+            ),
+            None,
+        )),
+        Err(e) => checks.push(check(
+            "geometry",
+            Status::No,
+            e.to_string(),
+            Some("set [geometry] in rocsd.toml".into()),
+        )),
+    }
+
+    DoctorReport {
+        checks,
+        precise_sampling: precise,
+    }
+}
