@@ -1,0 +1,221 @@
+//! The Rust mirror of the shim's ABI (`rocs_linux::shim::abi`) against the C header
+//! `kmod-shim/include/uapi/rocs_shim.h`: a small C program compiled against the header
+//! prints every size, field offset, constant and ioctl number, and each must equal what
+//! the Rust side computes. Needs a C compiler (`cc`), as building Rust on Linux does.
+
+use std::collections::BTreeMap;
+use std::mem::{offset_of, size_of};
+use std::path::PathBuf;
+use std::process::Command;
+
+use rocs_linux::shim::abi;
+
+/// (name, value) pairs the C program prints, as C expressions over the header.
+const C_VALUES: &[&str] = &[
+    "sizeof(struct rocs_shim_info)",
+    "offsetof(struct rocs_shim_info, abi_version)",
+    "offsetof(struct rocs_shim_info, page_shift)",
+    "offsetof(struct rocs_shim_info, colours)",
+    "offsetof(struct rocs_shim_info, max_colours)",
+    "offsetof(struct rocs_shim_info, max_pages)",
+    "offsetof(struct rocs_shim_info, pool_limit)",
+    "offsetof(struct rocs_shim_info, pool_frames)",
+    "offsetof(struct rocs_shim_info, pollute_mask)",
+    "sizeof(struct rocs_shim_config)",
+    "offsetof(struct rocs_shim_config, colours)",
+    "offsetof(struct rocs_shim_config, flags)",
+    "offsetof(struct rocs_shim_config, pool_limit)",
+    "offsetof(struct rocs_shim_config, pollute_mask)",
+    "sizeof(struct rocs_shim_pages)",
+    "offsetof(struct rocs_shim_pages, pid)",
+    "offsetof(struct rocs_shim_pages, placement)",
+    "offsetof(struct rocs_shim_pages, count)",
+    "offsetof(struct rocs_shim_pages, addrs)",
+    "offsetof(struct rocs_shim_pages, status)",
+    "offsetof(struct rocs_shim_pages, flags)",
+    "offsetof(struct rocs_shim_pages, moved)",
+    "sizeof(struct rocs_shim_stats)",
+    "offsetof(struct rocs_shim_stats, migrated_pollute)",
+    "offsetof(struct rocs_shim_stats, migrated_restore)",
+    "offsetof(struct rocs_shim_stats, already_placed)",
+    "offsetof(struct rocs_shim_stats, failures)",
+    "offsetof(struct rocs_shim_stats, frames_allocated)",
+    "offsetof(struct rocs_shim_stats, frames_released)",
+    "offsetof(struct rocs_shim_stats, pool_frames)",
+    "offsetof(struct rocs_shim_stats, colours)",
+    "offsetof(struct rocs_shim_stats, reserved)",
+    "offsetof(struct rocs_shim_stats, held_by_colour)",
+    "ROCS_SHIM_ABI_VERSION",
+    "ROCS_SHIM_MAX_COLOURS",
+    "ROCS_SHIM_MASK_WORDS",
+    "ROCS_SHIM_MAX_PAGES",
+    "ROCS_SHIM_MAX_POOL_LIMIT",
+    "ROCS_SHIM_POLLUTE",
+    "ROCS_SHIM_RESTORE",
+    "ROCS_SHIM_CONFIG_PREFILL",
+    "ROCS_SHIM_FAIL_UNMAPPED",
+    "ROCS_SHIM_FAIL_NOT_PRESENT",
+    "ROCS_SHIM_FAIL_SHARED",
+    "ROCS_SHIM_FAIL_UNSUPPORTED",
+    "ROCS_SHIM_FAIL_BUSY",
+    "ROCS_SHIM_FAIL_NOMEM",
+    "ROCS_SHIM_FAIL_EXITED",
+    "ROCS_SHIM_FAIL_NR",
+    "ROCS_SHIM_IOC_MAGIC",
+    "ROCS_SHIM_IOC_INFO",
+    "ROCS_SHIM_IOC_CONFIGURE",
+    "ROCS_SHIM_IOC_MIGRATE",
+    "ROCS_SHIM_IOC_QUERY",
+    "ROCS_SHIM_IOC_STATS",
+];
+
+/// The same values from the Rust mirror, in the same order.
+fn rust_values() -> Vec<u64> {
+    use abi::{Config, Info, Pages, Stats};
+    let v = |x: usize| x as u64;
+    vec![
+        v(size_of::<Info>()),
+        v(offset_of!(Info, abi_version)),
+        v(offset_of!(Info, page_shift)),
+        v(offset_of!(Info, colours)),
+        v(offset_of!(Info, max_colours)),
+        v(offset_of!(Info, max_pages)),
+        v(offset_of!(Info, pool_limit)),
+        v(offset_of!(Info, pool_frames)),
+        v(offset_of!(Info, pollute_mask)),
+        v(size_of::<Config>()),
+        v(offset_of!(Config, colours)),
+        v(offset_of!(Config, flags)),
+        v(offset_of!(Config, pool_limit)),
+        v(offset_of!(Config, pollute_mask)),
+        v(size_of::<Pages>()),
+        v(offset_of!(Pages, pid)),
+        v(offset_of!(Pages, placement)),
+        v(offset_of!(Pages, count)),
+        v(offset_of!(Pages, addrs)),
+        v(offset_of!(Pages, status)),
+        v(offset_of!(Pages, flags)),
+        v(offset_of!(Pages, moved)),
+        v(size_of::<Stats>()),
+        v(offset_of!(Stats, migrated_pollute)),
+        v(offset_of!(Stats, migrated_restore)),
+        v(offset_of!(Stats, already_placed)),
+        v(offset_of!(Stats, failures)),
+        v(offset_of!(Stats, frames_allocated)),
+        v(offset_of!(Stats, frames_released)),
+        v(offset_of!(Stats, pool_frames)),
+        v(offset_of!(Stats, colours)),
+        v(offset_of!(Stats, reserved)),
+        v(offset_of!(Stats, held_by_colour)),
+        abi::ABI_VERSION.into(),
+        v(abi::MAX_COLOURS),
+        v(abi::MASK_WORDS),
+        abi::MAX_PAGES,
+        abi::MAX_POOL_LIMIT,
+        abi::POLLUTE.into(),
+        abi::RESTORE.into(),
+        abi::CONFIG_PREFILL.into(),
+        v(abi::FAIL_UNMAPPED),
+        v(abi::FAIL_NOT_PRESENT),
+        v(abi::FAIL_SHARED),
+        v(abi::FAIL_UNSUPPORTED),
+        v(abi::FAIL_BUSY),
+        v(abi::FAIL_NOMEM),
+        v(abi::FAIL_EXITED),
+        v(abi::FAIL_NR),
+        abi::IOC_MAGIC.into(),
+        abi::IOC_INFO,
+        abi::IOC_CONFIGURE,
+        abi::IOC_MIGRATE,
+        abi::IOC_QUERY,
+        abi::IOC_STATS,
+    ]
+}
+
+/// Compile and run the C side; its output parsed as expression -> value.
+fn c_values() -> BTreeMap<String, u64> {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let include = root.join("kmod-shim/include/uapi");
+    assert!(
+        include.join("rocs_shim.h").exists(),
+        "no header at {}",
+        include.display()
+    );
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let source = dir.path().join("abi.c");
+    let program = dir.path().join("abi");
+    let mut c = String::from(
+        "#include <stddef.h>\n#include <stdio.h>\n#include \"rocs_shim.h\"\nint main(void) {\n",
+    );
+    for expr in C_VALUES {
+        c.push_str(&format!(
+            "    printf(\"%s=%llu\\n\", \"{}\", (unsigned long long)({expr}));\n",
+            expr.replace('"', "\\\"")
+        ));
+    }
+    c.push_str("    return 0;\n}\n");
+    std::fs::write(&source, c).expect("write the C program");
+
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let out = Command::new(&cc)
+        .args(["-std=c11", "-Wall", "-Werror", "-o"])
+        .arg(&program)
+        .arg(&source)
+        .arg("-I")
+        .arg(&include)
+        .output()
+        .unwrap_or_else(|e| panic!("running the C compiler `{cc}`: {e} (install gcc, or set CC)"));
+    assert!(
+        out.status.success(),
+        "the ABI program does not compile against rocs_shim.h:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = Command::new(&program)
+        .output()
+        .expect("run the ABI program");
+    assert!(out.status.success());
+    String::from_utf8(out.stdout)
+        .expect("ASCII output")
+        .lines()
+        .map(|l| {
+            let (k, v) = l.rsplit_once('=').expect("name=value");
+            (k.to_string(), v.parse().expect("a number"))
+        })
+        .collect()
+}
+
+#[test]
+fn rust_mirror_matches_the_c_header() {
+    let c = c_values();
+    let rust = rust_values();
+    assert_eq!(
+        rust.len(),
+        C_VALUES.len(),
+        "the two lists must name the same values"
+    );
+    let mismatches: Vec<String> = C_VALUES
+        .iter()
+        .zip(&rust)
+        .filter(|(expr, r)| c.get(**expr) != Some(r))
+        .map(|(expr, r)| format!("{expr}: C {:?}, Rust {r}", c.get(*expr)))
+        .collect();
+    assert!(
+        mismatches.is_empty(),
+        "ABI mismatch:\n{}",
+        mismatches.join("\n")
+    );
+}
+
+#[test]
+fn structs_have_no_implicit_padding() {
+    // Every struct's size is the sum of its fields: the explicit padding is all there is.
+    assert_eq!(size_of::<abi::Info>(), 4 * 4 + 3 * 8 + abi::MASK_WORDS * 8);
+    assert_eq!(size_of::<abi::Config>(), 2 * 4 + 8 + abi::MASK_WORDS * 8);
+    assert_eq!(size_of::<abi::Pages>(), 2 * 4 + 5 * 8);
+    assert_eq!(
+        size_of::<abi::Stats>(),
+        3 * 8 + abi::FAIL_NR * 8 + 3 * 8 + 2 * 4 + abi::MAX_COLOURS * 8
+    );
+    // The ioctl size field has 14 bits.
+    assert!(size_of::<abi::Stats>() < 1 << 14);
+}
