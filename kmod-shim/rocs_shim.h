@@ -10,12 +10,14 @@
 #include "include/uapi/rocs_shim.h"
 
 /*
- * Frames sorted by colour. The stash keeps at most per_colour_limit frames of each colour
+ * Frames of one NUMA node sorted by colour (one pool per node, so that a page changes
+ * colour without changing node). The stash keeps at most per_colour_limit frames of each colour
  * so that a request for a colour is usually served without touching the page allocator;
  * the frames that do not fit are given back at once. All fields are protected by the
  * module's mutex.
  */
 struct rocs_pool {
+	int nid;			/* the node all frames come from */
 	unsigned int colours;		/* power of two */
 	unsigned long limit;		/* most frames held in total */
 	unsigned long held;		/* frames held now */
@@ -26,12 +28,18 @@ struct rocs_pool {
 	struct list_head frames[ROCS_SHIM_MAX_COLOURS];
 };
 
-static inline unsigned int rocs_colour_of(const struct rocs_pool *pool, struct page *page)
+/* The colour of a frame: the low bits of its frame number, @colours a power of two. */
+static inline unsigned int rocs_colour(unsigned int colours, struct page *page)
 {
-	return page_to_pfn(page) & (pool->colours - 1);
+	return page_to_pfn(page) & (colours - 1);
 }
 
-void rocs_pool_init(struct rocs_pool *pool, unsigned int colours, unsigned long limit,
+static inline unsigned int rocs_colour_of(const struct rocs_pool *pool, struct page *page)
+{
+	return rocs_colour(pool->colours, page);
+}
+
+void rocs_pool_init(struct rocs_pool *pool, int nid, unsigned int colours, unsigned long limit,
 		    const unsigned long *pollute);
 void rocs_pool_fill(struct rocs_pool *pool, const unsigned long *colours);
 void rocs_pool_drain(struct rocs_pool *pool);

@@ -41,11 +41,13 @@ MODULE_PARM_DESC(colours, "cache colours (LLC sets per slice * line size / page 
 
 static unsigned long pool_limit = 16384;
 module_param(pool_limit, ulong, 0444);
-MODULE_PARM_DESC(pool_limit, "most frames kept in the per-colour stash; CONFIGURE overrides");
+MODULE_PARM_DESC(pool_limit, "most frames kept in the per-colour stash of each NUMA node; CONFIGURE overrides");
 
 /* Everything below is protected by rocs_mutex; ioctls run one at a time. */
 static DEFINE_MUTEX(rocs_mutex);
-static struct rocs_pool rocs_pool;
+static struct rocs_pool *rocs_pools;	/* one per possible node, nr_node_ids */
+static unsigned int rocs_ncolours;
+static unsigned long rocs_pool_limit;	/* per node */
 static DECLARE_BITMAP(rocs_pollute, ROCS_SHIM_MAX_COLOURS);
 static DECLARE_BITMAP(rocs_ordinary, ROCS_SHIM_MAX_COLOURS);
 static struct {
@@ -71,12 +73,40 @@ static s32 rocs_fail(unsigned int reason)
 	return -rocs_fail_errno[reason];
 }
 
-/* Pollute colours are the mask; ordinary colours are the other colours in use. */
-static void rocs_set_colours(unsigned int ncolours, const unsigned long *pollute)
+/*
+ * Pollute colours are the mask; ordinary colours are the other colours in use. Every
+ * node's stash starts empty (the caller gave back the old one).
+ */
+static void rocs_set_colours(unsigned int ncolours, unsigned long limit,
+			     const unsigned long *pollute)
 {
+	int nid;
+
+	rocs_ncolours = ncolours;
+	rocs_pool_limit = limit;
 	bitmap_copy(rocs_pollute, pollute, ROCS_SHIM_MAX_COLOURS);
 	bitmap_zero(rocs_ordinary, ROCS_SHIM_MAX_COLOURS);
 	bitmap_complement(rocs_ordinary, rocs_pollute, ncolours);
+	for (nid = 0; nid < nr_node_ids; nid++)
+		rocs_pool_init(&rocs_pools[nid], nid, ncolours, limit, pollute);
+}
+
+static void rocs_drain_all(void)
+{
+	int nid;
+
+	for (nid = 0; nid < nr_node_ids; nid++)
+		rocs_pool_drain(&rocs_pools[nid]);
+}
+
+static unsigned long rocs_frames_held(void)
+{
+	unsigned long held = 0;
+	int nid;
+
+	for (nid = 0; nid < nr_node_ids; nid++)
+		held += rocs_pools[nid].held;
+	return held;
 }
 
 /*
@@ -228,13 +258,15 @@ static void rocs_migrate_run(struct rocs_call *call, struct vm_area_struct *vma,
 			call->result[k] = rocs_fail(ROCS_SHIM_FAIL_UNSUPPORTED);
 			continue;
 		}
-		colour = rocs_colour_of(&rocs_pool, page);
+		colour = rocs_colour(rocs_ncolours, page);
 		if (test_bit(colour, call->wanted)) {
 			rocs_stats.already_placed++;
 			call->result[k] = colour;
 			continue;
 		}
-		frame = rocs_pool_take(&rocs_pool, call->wanted, &call->cursor);
+		/* A frame on the page's own node: the colour changes, the NUMA placement not. */
+		frame = rocs_pool_take(&rocs_pools[page_to_nid(page)], call->wanted,
+				       &call->cursor);
 		if (!frame) {
 			call->result[k] = rocs_fail(ROCS_SHIM_FAIL_NOMEM);
 			continue;
@@ -255,7 +287,7 @@ static void rocs_migrate_run(struct rocs_call *call, struct vm_area_struct *vma,
 		if (!frame)
 			continue;
 		if (call->src[k] & MIGRATE_PFN_MIGRATE) {
-			call->result[k] = rocs_colour_of(&rocs_pool, frame);
+			call->result[k] = rocs_colour(rocs_ncolours, frame);
 			call->moved++;
 			if (call->to_pollute)
 				rocs_stats.migrated_pollute++;
@@ -287,7 +319,7 @@ static void rocs_query_run(struct rocs_call *call, struct vm_area_struct *vma,
 			continue;
 		}
 		call->result[k] = is_zero_pfn(page_to_pfn(page)) ?
-					  -ENOENT : (s32)rocs_colour_of(&rocs_pool, page);
+					  -ENOENT : (s32)rocs_colour(rocs_ncolours, page);
 		put_page(page);
 	}
 }
@@ -443,11 +475,11 @@ static long rocs_ioctl_info(void __user *argp)
 	struct rocs_shim_info info = {
 		.abi_version = ROCS_SHIM_ABI_VERSION,
 		.page_shift = PAGE_SHIFT,
-		.colours = rocs_pool.colours,
+		.colours = rocs_ncolours,
 		.max_colours = ROCS_SHIM_MAX_COLOURS,
 		.max_pages = ROCS_SHIM_MAX_PAGES,
-		.pool_limit = rocs_pool.limit,
-		.pool_frames = rocs_pool.held,
+		.pool_limit = rocs_pool_limit,
+		.pool_frames = rocs_frames_held(),
 	};
 
 	bitmap_to_arr64(info.pollute_mask, rocs_pollute, ROCS_SHIM_MAX_COLOURS);
@@ -472,11 +504,14 @@ static long rocs_ioctl_configure(void __user *argp)
 		return -EINVAL;
 
 	/* The stash is sorted by the old geometry: give it back and start again. */
-	rocs_pool_drain(&rocs_pool);
-	rocs_pool_init(&rocs_pool, cfg.colours, cfg.pool_limit, mask);
-	rocs_set_colours(cfg.colours, mask);
-	if (cfg.flags & ROCS_SHIM_CONFIG_PREFILL)
-		rocs_pool_fill(&rocs_pool, rocs_pollute);
+	rocs_drain_all();
+	rocs_set_colours(cfg.colours, cfg.pool_limit, mask);
+	if (cfg.flags & ROCS_SHIM_CONFIG_PREFILL) {
+		int nid;
+
+		for_each_node_state(nid, N_MEMORY)
+			rocs_pool_fill(&rocs_pools[nid], rocs_pollute);
+	}
 	return 0;
 }
 
@@ -484,6 +519,7 @@ static long rocs_ioctl_stats(void __user *argp)
 {
 	struct rocs_shim_stats *st;
 	unsigned int c;
+	int nid;
 	long err;
 
 	st = kzalloc(sizeof(*st), GFP_KERNEL);
@@ -493,12 +529,16 @@ static long rocs_ioctl_stats(void __user *argp)
 	st->migrated_restore = rocs_stats.migrated_restore;
 	st->already_placed = rocs_stats.already_placed;
 	memcpy(st->failures, rocs_stats.failures, sizeof(st->failures));
-	st->frames_allocated = rocs_pool.allocated;
-	st->frames_released = rocs_pool.released;
-	st->pool_frames = rocs_pool.held;
-	st->colours = rocs_pool.colours;
-	for (c = 0; c < rocs_pool.colours; c++)
-		st->held_by_colour[c] = rocs_pool.count[c];
+	st->colours = rocs_ncolours;
+	for (nid = 0; nid < nr_node_ids; nid++) {
+		const struct rocs_pool *pool = &rocs_pools[nid];
+
+		st->frames_allocated += pool->allocated;
+		st->frames_released += pool->released;
+		st->pool_frames += pool->held;
+		for (c = 0; c < rocs_ncolours; c++)
+			st->held_by_colour[c] += pool->count[c];
+	}
 	err = copy_to_user(argp, st, sizeof(*st)) ? -EFAULT : 0;
 	kfree(st);
 	return err;
@@ -578,12 +618,16 @@ static int __init rocs_init(void)
 	/* Until the daemon configures it, the pollute buffer is colour 0. */
 	bitmap_zero(mask, ROCS_SHIM_MAX_COLOURS);
 	set_bit(0, mask);
-	rocs_pool_init(&rocs_pool, colours, pool_limit, mask);
-	rocs_set_colours(colours, mask);
+	rocs_pools = kvcalloc(nr_node_ids, sizeof(*rocs_pools), GFP_KERNEL);
+	if (!rocs_pools)
+		return -ENOMEM;
+	rocs_set_colours(colours, pool_limit, mask);
 
 	err = misc_register(&rocs_dev);
-	if (err)
+	if (err) {
+		kvfree(rocs_pools);
 		return err;
+	}
 	pr_info("rocs_shim: ABI %u, %u colours, stash of at most %lu frames\n",
 		ROCS_SHIM_ABI_VERSION, colours, pool_limit);
 	return 0;
@@ -593,8 +637,9 @@ static void __exit rocs_exit(void)
 {
 	misc_deregister(&rocs_dev);
 	mutex_lock(&rocs_mutex);
-	rocs_pool_drain(&rocs_pool);
+	rocs_drain_all();
 	mutex_unlock(&rocs_mutex);
+	kvfree(rocs_pools);
 }
 
 module_init(rocs_init);

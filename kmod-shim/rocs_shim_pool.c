@@ -15,8 +15,9 @@
 #include "rocs_shim.h"
 
 /* Stash frames are held by the module, not by a process: keep them out of movable
- * pageblocks (and CMA), and never retry hard or warn: a short pool is a per-page ENOMEM. */
-#define ROCS_GFP (GFP_HIGHUSER | __GFP_NOWARN | __GFP_NORETRY)
+ * pageblocks (and CMA), and never retry hard or warn: a short pool is a per-page ENOMEM.
+ * Frames come from the pool's node only. */
+#define ROCS_GFP (GFP_HIGHUSER | __GFP_NOWARN | __GFP_NORETRY | __GFP_THISNODE)
 
 /* Bounded work per frame asked for; beyond it the request gets ENOMEM. */
 #define ROCS_BLOCK_TRIES 4
@@ -26,12 +27,13 @@
  * to the others: pollute frames are the scarce ones (finding one costs colours/npollute
  * allocations), and Restore needs ordinary frames at the same rate as Pollute needs them.
  */
-void rocs_pool_init(struct rocs_pool *pool, unsigned int colours, unsigned long limit,
+void rocs_pool_init(struct rocs_pool *pool, int nid, unsigned int colours, unsigned long limit,
 		    const unsigned long *pollute)
 {
 	unsigned int npollute = bitmap_weight(pollute, colours);
 	unsigned int c;
 
+	pool->nid = nid;
 	pool->colours = colours;
 	pool->limit = limit;
 	pool->held = 0;
@@ -109,7 +111,7 @@ struct page *rocs_pool_take(struct rocs_pool *pool, const unsigned long *wanted,
 	}
 
 	for (tries = 0; tries < ROCS_BLOCK_TRIES; tries++) {
-		block = alloc_pages(ROCS_GFP, order);
+		block = alloc_pages_node(pool->nid, ROCS_GFP, order);
 		if (!block)
 			break;
 		pool->allocated += 1UL << order;
@@ -130,7 +132,7 @@ struct page *rocs_pool_take(struct rocs_pool *pool, const unsigned long *wanted,
 
 	/* No block of that order: single frames, a bounded number of them. */
 	for (tries = 0; tries < ROCS_BLOCK_TRIES * pool->colours; tries++) {
-		struct page *frame = alloc_page(ROCS_GFP);
+		struct page *frame = alloc_pages_node(pool->nid, ROCS_GFP, 0);
 
 		if (!frame)
 			return NULL;
@@ -156,7 +158,7 @@ void rocs_pool_fill(struct rocs_pool *pool, const unsigned long *wanted)
 	for_each_set_bit(c, wanted, pool->colours)
 		missing = max(missing, pool->limit_of[c] - pool->count[c]);
 	for (blocks = 0; blocks < missing; blocks++) {
-		struct page *block = alloc_pages(ROCS_GFP, order);
+		struct page *block = alloc_pages_node(pool->nid, ROCS_GFP, order);
 
 		if (!block)
 			return;

@@ -26,7 +26,8 @@
 /* Most pages one MIGRATE or QUERY accepts; larger counts get EINVAL. */
 #define ROCS_SHIM_MAX_PAGES (1U << 16)
 
-/* Most frames the module may keep in its per-colour stash (CONFIGURE.pool_limit). */
+/* Most frames the module may keep in its per-colour stash of one NUMA node
+ * (CONFIGURE.pool_limit). */
 #define ROCS_SHIM_MAX_POOL_LIMIT (1ULL << 20)
 
 /* rocs_shim_pages.placement */
@@ -54,8 +55,8 @@ struct rocs_shim_info {
 	__u32 colours;        /* colours in use (a power of two) */
 	__u32 max_colours;    /* ROCS_SHIM_MAX_COLOURS */
 	__u64 max_pages;      /* ROCS_SHIM_MAX_PAGES */
-	__u64 pool_limit;     /* most frames the stash may hold */
-	__u64 pool_frames;    /* frames the stash holds now */
+	__u64 pool_limit;     /* most frames the stash may hold, per NUMA node */
+	__u64 pool_frames;    /* frames the stash holds now, all nodes */
 	__u64 pollute_mask[ROCS_SHIM_MASK_WORDS]; /* bit c set: colour c is a pollute colour */
 };
 
@@ -65,12 +66,13 @@ struct rocs_shim_info {
 
 /*
  * CONFIGURE: the colour geometry (from the LLC), the pollute colours, the stash bound.
- * Half of pool_limit is shared by the pollute colours, half by the others.
+ * A page moves to a frame of its own NUMA node; each node has its own stash of at most
+ * pool_limit frames, half of it shared by the pollute colours, half by the others.
  */
 struct rocs_shim_config {
 	__u32 colours;   /* power of two, 2..ROCS_SHIM_MAX_COLOURS */
 	__u32 flags;     /* ROCS_SHIM_CONFIG_*; other bits must be 0 */
-	__u64 pool_limit; /* 0..ROCS_SHIM_MAX_POOL_LIMIT frames */
+	__u64 pool_limit; /* 0..ROCS_SHIM_MAX_POOL_LIMIT frames per node */
 	/* Non-empty, only colours < colours, and not every colour (Restore needs one). */
 	__u64 pollute_mask[ROCS_SHIM_MASK_WORDS];
 };
@@ -94,10 +96,10 @@ struct rocs_shim_stats {
 	__u64 failures[ROCS_SHIM_FAIL_NR]; /* pages that did not move, by reason */
 	__u64 frames_allocated;   /* frames taken from the page allocator */
 	__u64 frames_released;    /* stash frames given back to the page allocator */
-	__u64 pool_frames;        /* frames the stash holds now */
+	__u64 pool_frames;        /* frames the stash holds now (all nodes) */
 	__u32 colours;            /* entries of held_by_colour in use */
 	__u32 reserved;           /* 0 */
-	__u64 held_by_colour[ROCS_SHIM_MAX_COLOURS]; /* stash frames per colour */
+	__u64 held_by_colour[ROCS_SHIM_MAX_COLOURS]; /* stash frames per colour, all nodes */
 };
 
 #define ROCS_SHIM_IOC_MAGIC 0xD3

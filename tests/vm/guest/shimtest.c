@@ -343,6 +343,42 @@ static void test_restore(void)
 	free(addrs);
 }
 
+/* A page changes colour, never node: each node has its own frames. */
+static void test_numa(void)
+{
+	enum { N = 256 };
+	static void *pages[N];
+	static int nodes[N], where[N];
+	int32_t status[N];
+	uint64_t *p = anon_pages(N, 0x2a), *addrs = addrs_of(p, N);
+	int i, pass;
+
+	CHECK(p && addrs, "setup");
+	CHECK(access("/sys/devices/system/node/node1", F_OK) == 0, "the guest has one NUMA node");
+	for (i = 0; i < N; i++) {
+		pages[i] = p + i * (PAGE / 8);
+		nodes[i] = i % 2;
+	}
+	CHECK(syscall(SYS_move_pages, 0, N, pages, nodes, where, 2) == 0, "move_pages: %s",
+	      strerror(errno));
+	for (pass = 0; pass < 2; pass++) {
+		unsigned int to = pass ? ROCS_SHIM_RESTORE : ROCS_SHIM_POLLUTE;
+
+		CHECK(shim_pages(shim, 0, addrs, N, to, status, NULL) == 0, "MIGRATE");
+		check_placed(0, addrs, status, N, to == ROCS_SHIM_POLLUTE);
+		if (failure[0])
+			return;
+		/* move_pages with no target nodes reports where each page is. */
+		CHECK(syscall(SYS_move_pages, 0, N, pages, NULL, where, 0) == 0, "move_pages query");
+		for (i = 0; i < N; i++)
+			CHECK(where[i] == i % 2, "pass %d page %d: on node %d, was on %d", pass, i,
+			      where[i], i % 2);
+	}
+	CHECK(pattern_broken(p, N, 0x2a) < 0, "data changed");
+	munmap(p, N * PAGE);
+	free(addrs);
+}
+
 static void test_query(void)
 {
 	int32_t status[4];
@@ -966,8 +1002,9 @@ static void test_fuzz(void)
 				for (w = 0; w < 64; w++)
 					addrs[w] = rnd() % 3 ? (uintptr_t)mem + (rnd() % 64) * PAGE
 							      : rnd() & ~(PAGE - 1);
-				req->addrs = (uintptr_t)addrs;
-				req->status = (uintptr_t)status;
+				/* ...and now and then a wild pointer among them. */
+				req->addrs = rnd() % 8 ? (uintptr_t)addrs : rnd();
+				req->status = rnd() % 8 ? (uintptr_t)status : rnd();
 				req->pid = rnd() % 8 ? 0 : (uint32_t)rnd();
 				req->flags = rnd() % 8 ? 0 : rnd();
 				req->placement = rnd() % 4;
@@ -1132,6 +1169,7 @@ static const struct {
 	{ "info", test_info },
 	{ "pollute", test_pollute },
 	{ "restore", test_restore },
+	{ "numa", test_numa },
 	{ "query", test_query },
 	{ "writer", test_writer },
 	{ "vanish", test_target_vanishes },
