@@ -1,1 +1,27 @@
-//! placeholder
+//! rocs-sim: the simulated machine.
+//!
+//! Private L1 caches (and an optional L2) per process, a shared LLC, a frame allocator that
+//! knows page colours, a timing model and a PMU model; workloads generated from TOML
+//! descriptions or replayed from valgrind lackey traces. [`Machine`] implements the
+//! platform traits of rocs-core (`Sampler`, `Counters`, `Remapper`), so the controller runs
+//! against it exactly as against a real machine.
+
+pub mod cache;
+pub mod error;
+pub mod frames;
+pub mod machine;
+pub mod profile;
+pub mod rng;
+pub mod size;
+pub mod trace;
+pub mod workload;
+
+pub use cache::{Cache, Policy};
+pub use error::SimError;
+pub use machine::{
+    Machine, ProcessStats, RegionStats, RunStats, TraceFormat, TraceInput, TraceSpec, FIRST_PID,
+};
+pub use profile::{builtin_machines, LevelSpec, MachineProfile, PmuSpec};
+pub use size::ByteSize;
+pub use trace::{LackeyReader, TraceEvent, TraceKind};
+pub use workload::{builtin_workloads, Pattern, PhaseSpec, ProcessSpec, RegionSpec, Workload};

@@ -1,0 +1,336 @@
+//! One set-associative, physically indexed, write-allocate cache level.
+//!
+//! Tags are kept in one flat array (`sets * ways` line numbers), with power-of-two masks for
+//! the set index, so a lookup is a few loads and compares and never allocates. Replacement
+//! is true LRU (each set kept in most-recently-used-first order, the way cachegrind does it,
+//! so that trace replays match cachegrind exactly) or the RRIP family (SRRIP, BRRIP and
+//! set-dueling DRRIP with 2-bit re-reference prediction values).
+
+use rocs_core::CacheGeometry;
+use serde::{Deserialize, Serialize};
+
+/// Replacement policy of one cache level.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Policy {
+    /// True least-recently-used.
+    Lru,
+    /// Static RRIP: insert with a long re-reference prediction (RRPV 2 of 3).
+    Srrip,
+    /// Bimodal RRIP: insert distant (RRPV 3), long only every 32nd insertion.
+    Brrip,
+    /// Dynamic RRIP: SRRIP and BRRIP leader sets duel, followers take the winner.
+    Drrip,
+}
+
+impl Policy {
+    pub fn name(self) -> &'static str {
+        match self {
+            Policy::Lru => "lru",
+            Policy::Srrip => "srrip",
+            Policy::Brrip => "brrip",
+            Policy::Drrip => "drrip",
+        }
+    }
+}
+
+/// A tag slot that holds no line.
+const INVALID: u64 = u64::MAX;
+const RRPV_MAX: u8 = 3;
+const PSEL_MAX: u32 = 1023;
+/// Every 64 sets, one SRRIP leader and one BRRIP leader.
+const DUEL_PERIOD: usize = 64;
+
+/// One cache level.
+#[derive(Clone, Debug)]
+pub struct Cache {
+    geometry: CacheGeometry,
+    policy: Policy,
+    line_shift: u32,
+    set_mask: u64,
+    set_bits: u32,
+    ways: usize,
+    slices: u64,
+    /// `sets_per_slice * slices * ways` line numbers; for LRU each set is MRU first.
+    tags: Vec<u64>,
+    /// RRIP only: one prediction value per slot.
+    rrpv: Vec<u8>,
+    /// DRRIP policy selector: high means BRRIP is winning.
+    psel: u32,
+    /// BRRIP: counts insertions so that every 32nd is long (deterministic, no RNG).
+    brrip_count: u32,
+}
+
+impl Cache {
+    /// An empty cache of the given (already validated) geometry.
+    pub fn new(geometry: CacheGeometry, policy: Policy) -> Self {
+        let sets = (geometry.sets_per_slice * geometry.slices) as usize;
+        let ways = geometry.ways as usize;
+        let rrip = policy != Policy::Lru;
+        Cache {
+            geometry,
+            policy,
+            line_shift: geometry.line_size.trailing_zeros(),
+            set_mask: geometry.sets_per_slice - 1,
+            set_bits: geometry.sets_per_slice.trailing_zeros(),
+            ways,
+            slices: geometry.slices,
+            tags: vec![INVALID; sets * ways],
+            rrpv: if rrip {
+                vec![RRPV_MAX; sets * ways]
+            } else {
+                Vec::new()
+            },
+            psel: PSEL_MAX / 2,
+            brrip_count: 0,
+        }
+    }
+
+    pub fn geometry(&self) -> CacheGeometry {
+        self.geometry
+    }
+
+    pub fn policy(&self) -> Policy {
+        self.policy
+    }
+
+    /// log2 of the line size.
+    #[inline(always)]
+    pub fn line_shift(&self) -> u32 {
+        self.line_shift
+    }
+
+    /// Index of the first slot of the set holding `line`.
+    #[inline(always)]
+    fn set_base(&self, line: u64) -> usize {
+        let set_in_slice = line & self.set_mask;
+        let set = if self.slices == 1 {
+            set_in_slice
+        } else {
+            // The slice comes from a hash of the bits above the set index (like Intel's
+            // undocumented XOR hash): it depends on the frame, never on the colour bits.
+            let mut h = line >> self.set_bits;
+            h ^= h >> 17;
+            h = h.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+            h ^= h >> 29;
+            (h % self.slices) * (self.set_mask + 1) + set_in_slice
+        };
+        set as usize * self.ways
+    }
+
+    /// Reference one line: true on a hit. On a miss the line is installed.
+    #[inline(always)]
+    pub fn access_line(&mut self, line: u64) -> bool {
+        let base = self.set_base(line);
+        match self.policy {
+            Policy::Lru => self.access_lru(base, line),
+            _ => self.access_rrip(base, line),
+        }
+    }
+
+    /// Reference `size` bytes at `addr` the way cachegrind does: an access that straddles
+    /// two lines touches both and counts as one access, a miss if either line missed.
+    /// `size` must not exceed the line size (callers clamp).
+    #[inline(always)]
+    pub fn access(&mut self, addr: u64, size: u64) -> bool {
+        let first = addr >> self.line_shift;
+        let last = (addr + size.max(1) - 1) >> self.line_shift;
+        if first == last {
+            self.access_line(first)
+        } else {
+            // Always reference both: the second line's state changes even if the first missed.
+            let a = self.access_line(first);
+            let b = self.access_line(last);
+            a && b
+        }
+    }
+
+    #[inline(always)]
+    fn access_lru(&mut self, base: usize, line: u64) -> bool {
+        let set = &mut self.tags[base..base + self.ways];
+        let mut prev = set[0];
+        if prev == line {
+            return true;
+        }
+        // Shift towards the LRU end while scanning; stop where the line was found.
+        for slot in set[1..].iter_mut() {
+            let cur = std::mem::replace(slot, prev);
+            if cur == line {
+                set[0] = line;
+                return true;
+            }
+            prev = cur;
+        }
+        set[0] = line;
+        false
+    }
+
+    fn access_rrip(&mut self, base: usize, line: u64) -> bool {
+        let ways = self.ways;
+        let set = &mut self.tags[base..base + ways];
+        let rrpv = &mut self.rrpv[base..base + ways];
+        if let Some(i) = set.iter().position(|&t| t == line) {
+            rrpv[i] = 0;
+            return true;
+        }
+        // Victim: an empty slot, else the first slot predicted re-referenced most distantly
+        // (age all until one is).
+        let victim = if let Some(i) = set.iter().position(|&t| t == INVALID) {
+            i
+        } else {
+            loop {
+                if let Some(i) = rrpv.iter().position(|&r| r >= RRPV_MAX) {
+                    break i;
+                }
+                for r in rrpv.iter_mut() {
+                    *r += 1;
+                }
+            }
+        };
+        let set_index = base / ways;
+        let use_brrip = match self.policy {
+            Policy::Srrip => false,
+            Policy::Brrip => true,
+            _ => match set_index % DUEL_PERIOD {
+                0 => {
+                    // SRRIP leader missed: vote for BRRIP.
+                    self.psel = (self.psel + 1).min(PSEL_MAX);
+                    false
+                }
+                1 => {
+                    self.psel = self.psel.saturating_sub(1);
+                    true
+                }
+                _ => self.psel > PSEL_MAX / 2,
+            },
+        };
+        let insert = if use_brrip {
+            self.brrip_count = self.brrip_count.wrapping_add(1);
+            if self.brrip_count.is_multiple_of(32) {
+                RRPV_MAX - 1
+            } else {
+                RRPV_MAX
+            }
+        } else {
+            RRPV_MAX - 1
+        };
+        set[victim] = line;
+        rrpv[victim] = insert;
+        false
+    }
+
+    /// Drop `line` if present (its frame changed). True if it was cached.
+    pub fn invalidate_line(&mut self, line: u64) -> bool {
+        let base = self.set_base(line);
+        let ways = self.ways;
+        let set = &mut self.tags[base..base + ways];
+        let Some(i) = set.iter().position(|&t| t == line) else {
+            return false;
+        };
+        if self.policy == Policy::Lru {
+            // Keep MRU order: the freed slot becomes the least recently used.
+            set[i..].rotate_left(1);
+            set[ways - 1] = INVALID;
+        } else {
+            set[i] = INVALID;
+            self.rrpv[base + i] = RRPV_MAX;
+        }
+        true
+    }
+
+    /// Drop every line of the physical range `[start, start + len)`.
+    pub fn invalidate_range(&mut self, start: u64, len: u64) {
+        let first = start >> self.line_shift;
+        let last = (start + len - 1) >> self.line_shift;
+        for line in first..=last {
+            self.invalidate_line(line);
+        }
+    }
+
+    /// True if `line` is cached (no state change).
+    pub fn contains_line(&self, line: u64) -> bool {
+        let base = self.set_base(line);
+        self.tags[base..base + self.ways].contains(&line)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn small(policy: Policy) -> Cache {
+        // 4 sets, 2 ways, 64 B lines.
+        Cache::new(CacheGeometry::new(64, 4, 2, 1, 4096).unwrap(), policy)
+    }
+
+    #[test]
+    fn lru_evicts_least_recently_used() {
+        let mut c = small(Policy::Lru);
+        // Lines 0, 4, 8 all map to set 0.
+        assert!(!c.access_line(0));
+        assert!(!c.access_line(4));
+        assert!(c.access_line(0)); // 0 is now MRU, 4 LRU
+        assert!(!c.access_line(8)); // evicts 4
+        assert!(c.access_line(0));
+        assert!(!c.access_line(4));
+        assert!(!c.contains_line(8) || !c.contains_line(0));
+    }
+
+    #[test]
+    fn straddling_access_touches_both_lines_and_counts_one_miss() {
+        let mut c = small(Policy::Lru);
+        assert!(!c.access(60, 8)); // lines 0 and 1
+        assert!(c.contains_line(0) && c.contains_line(1));
+        assert!(c.access(60, 8));
+        assert!(c.invalidate_line(1));
+        assert!(!c.access(60, 8), "one line missing is a miss");
+    }
+
+    #[test]
+    fn invalidate_frees_a_slot_without_evicting_others() {
+        let mut c = small(Policy::Lru);
+        c.access_line(0);
+        c.access_line(4);
+        c.invalidate_range(0, 64);
+        assert!(!c.contains_line(0));
+        c.access_line(8);
+        assert!(c.contains_line(4), "the invalid slot is reused first");
+    }
+
+    #[test]
+    fn srrip_protects_reused_lines_from_a_scan() {
+        // 1 set of 4 ways: two reused lines survive a long scan under SRRIP but not LRU.
+        let g = CacheGeometry::new(64, 1, 4, 1, 64).unwrap();
+        for (policy, expect_survive) in [(Policy::Srrip, true), (Policy::Lru, false)] {
+            let mut c = Cache::new(g, policy);
+            for _ in 0..3 {
+                c.access_line(1);
+                c.access_line(2);
+            }
+            let mut hits = 0;
+            for scan in 100..180u64 {
+                c.access_line(scan);
+                if scan % 4 == 0 {
+                    hits += c.access_line(1) as u32 + c.access_line(2) as u32;
+                }
+            }
+            assert_eq!(hits > 30, expect_survive, "{policy:?}: {hits}");
+        }
+    }
+
+    #[test]
+    fn drrip_and_brrip_run_and_hit() {
+        for p in [Policy::Brrip, Policy::Drrip] {
+            let mut c = Cache::new(CacheGeometry::new(64, 128, 4, 3, 4096).unwrap(), p);
+            let mut hits = 0;
+            for round in 0..4 {
+                for line in 0..256u64 {
+                    if c.access_line(line) && round > 0 {
+                        hits += 1;
+                    }
+                }
+            }
+            assert!(hits > 600, "{p:?} {hits}");
+        }
+    }
+}

@@ -1,0 +1,170 @@
+//! Physical frames: handed out in shuffled order (Linux shuffles its free lists, so the
+//! colours of a program's pages are random), or from chosen colours when asked (the pollute
+//! buffer), like the per-colour free lists of ROCS's modified allocator.
+
+use crate::rng::Rng;
+
+/// The free frames of a simulated machine.
+#[derive(Clone, Debug)]
+pub struct FrameAllocator {
+    colour_mask: u32,
+    /// Free frames per colour, in shuffled order (popped from the end).
+    free_by_colour: Vec<Vec<u32>>,
+    /// Frames in the order an uncoloured request takes them; may hold frames already taken
+    /// through a coloured request (skipped lazily).
+    any_order: Vec<u32>,
+    taken: Vec<u64>,
+    free: u64,
+    /// Round-robin position for requests over several colours (bin hopping).
+    next_colour: usize,
+}
+
+impl FrameAllocator {
+    /// `frames` frames (frame numbers `0..frames`), `colours` colours (a power of two).
+    pub fn new(frames: u32, colours: u32, rng: &mut Rng) -> Self {
+        let colours = colours.max(1);
+        let mut any_order: Vec<u32> = (0..frames).collect();
+        rng.shuffle(&mut any_order);
+        let mut free_by_colour =
+            vec![Vec::with_capacity((frames / colours) as usize); colours as usize];
+        // Same shuffled order within each colour.
+        for &f in &any_order {
+            free_by_colour[(f & (colours - 1)) as usize].push(f);
+        }
+        FrameAllocator {
+            colour_mask: colours - 1,
+            free_by_colour,
+            // Popped from the end: reverse so that the first frames of the shuffle go first.
+            any_order,
+            taken: vec![0; (frames as usize).div_ceil(64)],
+            free: frames as u64,
+            next_colour: 0,
+        }
+    }
+
+    #[inline]
+    pub fn colour_of(&self, pfn: u32) -> u32 {
+        pfn & self.colour_mask
+    }
+
+    pub fn colours(&self) -> u32 {
+        self.colour_mask + 1
+    }
+
+    pub fn free_frames(&self) -> u64 {
+        self.free
+    }
+
+    fn is_taken(&self, pfn: u32) -> bool {
+        self.taken[(pfn / 64) as usize] >> (pfn % 64) & 1 == 1
+    }
+
+    fn mark(&mut self, pfn: u32, taken: bool) {
+        let w = &mut self.taken[(pfn / 64) as usize];
+        if taken {
+            *w |= 1 << (pfn % 64);
+            self.free -= 1;
+        } else {
+            *w &= !(1 << (pfn % 64));
+            self.free += 1;
+        }
+    }
+
+    /// Any free frame, in shuffled order.
+    pub fn alloc_any(&mut self) -> Option<u32> {
+        while let Some(f) = self.any_order.pop() {
+            if !self.is_taken(f) {
+                self.mark(f, true);
+                return Some(f);
+            }
+        }
+        None
+    }
+
+    fn pop_colour(&mut self, colour: u32) -> Option<u32> {
+        let list = self.free_by_colour.get_mut(colour as usize)?;
+        while let Some(f) = list.pop() {
+            if self.taken[(f / 64) as usize] >> (f % 64) & 1 != 1 {
+                self.mark(f, true);
+                return Some(f);
+            }
+        }
+        None
+    }
+
+    /// A free frame of one of `colours`, taking the colours in turn (bin hopping).
+    pub fn alloc_in(&mut self, colours: &[u32]) -> Option<u32> {
+        for _ in 0..colours.len() {
+            let c = colours[self.next_colour % colours.len()];
+            self.next_colour = self.next_colour.wrapping_add(1);
+            if let Some(f) = self.pop_colour(c) {
+                return Some(f);
+            }
+        }
+        None
+    }
+
+    /// A free frame of a colour chosen at random among `colours`.
+    pub fn alloc_random_in(&mut self, colours: &[u32], rng: &mut Rng) -> Option<u32> {
+        if colours.is_empty() {
+            return None;
+        }
+        let start = rng.below(colours.len() as u64) as usize;
+        for i in 0..colours.len() {
+            if let Some(f) = self.pop_colour(colours[(start + i) % colours.len()]) {
+                return Some(f);
+            }
+        }
+        None
+    }
+
+    /// Give a frame back (it is reused first, like a hot page).
+    pub fn free(&mut self, pfn: u32) {
+        debug_assert!(self.is_taken(pfn));
+        self.mark(pfn, false);
+        self.any_order.push(pfn);
+        let c = self.colour_of(pfn) as usize;
+        self.free_by_colour[c].push(pfn);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hands_out_every_frame_once_in_shuffled_order() {
+        let mut rng = Rng::new(3);
+        let mut a = FrameAllocator::new(1024, 16, &mut rng);
+        let mut got: Vec<u32> = (0..1024).map(|_| a.alloc_any().unwrap()).collect();
+        assert!(a.alloc_any().is_none());
+        assert_ne!(got[..16], (0..16).collect::<Vec<_>>()[..], "not shuffled");
+        got.sort_unstable();
+        assert_eq!(got, (0..1024).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn coloured_requests_get_their_colours_and_never_a_taken_frame() {
+        let mut rng = Rng::new(4);
+        let mut a = FrameAllocator::new(256, 16, &mut rng);
+        let first: Vec<u32> = (0..100).map(|_| a.alloc_any().unwrap()).collect();
+        let mut coloured = Vec::new();
+        while let Some(f) = a.alloc_in(&[15]) {
+            assert_eq!(a.colour_of(f), 15);
+            assert!(!first.contains(&f));
+            coloured.push(f);
+        }
+        assert_eq!(
+            first.iter().filter(|&&f| f % 16 == 15).count() + coloured.len(),
+            16
+        );
+        a.free(coloured[0]);
+        assert_eq!(a.alloc_in(&[15]), Some(coloured[0]));
+        // The rest is still handed out exactly once.
+        let mut rest = 0;
+        while a.alloc_any().is_some() {
+            rest += 1;
+        }
+        assert_eq!(rest + 100 + coloured.len(), 256);
+    }
+}

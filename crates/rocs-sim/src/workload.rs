@@ -1,0 +1,383 @@
+//! Workloads: synthetic programs described in TOML, built from regions with access patterns.
+//!
+//! ```toml
+//! name = "example"
+//! description = "what it models"
+//! [[process]]
+//! name = "main"
+//! accesses = 10_000_000          # length when no phases are given
+//! [[process.region]]
+//! name = "stream"
+//! size = "2MiB"
+//! pattern = "sequential"         # sequential | strided | random | pointer-chase | stencil
+//! share = 0.4                    # share of the process's accesses
+//! write_fraction = 0.0
+//! instructions_per_access = 3.0
+//! [[process.phase]]              # optional; shares override the regions' own
+//! accesses = 5_000_000
+//! shares = { stream = 1.0 }
+//! ```
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::SimError;
+use crate::profile::{looks_like_path, parse_toml, read_file};
+use crate::size::ByteSize;
+
+/// How a region's addresses are walked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Pattern {
+    /// Element after element, wrapping at the end.
+    Sequential,
+    /// Every `stride` bytes; at the end, start again one element further.
+    Strided,
+    /// Uniformly random elements.
+    Random,
+    /// A random cyclic permutation of the elements, followed one by one (a linked list
+    /// laid out at random); its misses do not overlap (memory-level parallelism 1).
+    PointerChase,
+    /// A sweep that reads several points around the current element (`offsets`, bytes)
+    /// before moving on: grid codes.
+    Stencil,
+}
+
+/// One memory region of a process.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RegionSpec {
+    pub name: String,
+    pub size: ByteSize,
+    pub pattern: Pattern,
+    /// Share of the process's accesses that go here (relative weight).
+    #[serde(default)]
+    pub share: f64,
+    /// Bytes per access (and per element).
+    #[serde(default = "default_elem")]
+    pub elem: u32,
+    /// `strided`: bytes between consecutive accesses.
+    #[serde(default)]
+    pub stride: Option<ByteSize>,
+    /// `stencil`: byte offsets read around the current element.
+    #[serde(default)]
+    pub offsets: Vec<i64>,
+    #[serde(default)]
+    pub write_fraction: f64,
+    #[serde(default = "default_ipa")]
+    pub instructions_per_access: f64,
+    /// Misses of this region overlap this many at a time (out-of-order execution and
+    /// prefetching hide latency of independent streams): a memory access costs
+    /// `memory_latency / mlp` cycles.
+    #[serde(default = "default_mlp")]
+    pub mlp: f64,
+}
+
+fn default_elem() -> u32 {
+    8
+}
+fn default_ipa() -> f64 {
+    1.0
+}
+fn default_mlp() -> f64 {
+    1.0
+}
+fn default_repeat() -> u32 {
+    1
+}
+
+/// A stretch of a process's run with its own mix of regions.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PhaseSpec {
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Data accesses in this phase.
+    pub accesses: u64,
+    /// Region name -> share; regions not named get share 0. Empty: the regions' own shares.
+    #[serde(default)]
+    pub shares: BTreeMap<String, f64>,
+}
+
+/// One process of a workload (its own address space and core, sharing the LLC).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProcessSpec {
+    pub name: String,
+    /// Length of the run when no phases are given.
+    #[serde(default)]
+    pub accesses: Option<u64>,
+    /// Run the phases this many times.
+    #[serde(default = "default_repeat")]
+    pub repeat: u32,
+    #[serde(rename = "region")]
+    pub regions: Vec<RegionSpec>,
+    #[serde(rename = "phase", default)]
+    pub phases: Vec<PhaseSpec>,
+}
+
+/// A workload: one or more processes.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Workload {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    /// Multiplies every phase length (tests run shortened workloads).
+    #[serde(default = "default_scale")]
+    pub scale: f64,
+    #[serde(rename = "process")]
+    pub processes: Vec<ProcessSpec>,
+}
+
+fn default_scale() -> f64 {
+    1.0
+}
+
+const BUILTIN_WORKLOADS: &[(&str, &str)] = &[
+    ("art-like", include_str!("../workloads/art-like.toml")),
+    ("swim-like", include_str!("../workloads/swim-like.toml")),
+    ("cg-like", include_str!("../workloads/cg-like.toml")),
+    ("mgrid-like", include_str!("../workloads/mgrid-like.toml")),
+    ("mcf-like", include_str!("../workloads/mcf-like.toml")),
+    ("twolf-like", include_str!("../workloads/twolf-like.toml")),
+    ("phased", include_str!("../workloads/phased.toml")),
+    (
+        "noisy-neighbour",
+        include_str!("../workloads/noisy-neighbour.toml"),
+    ),
+];
+
+/// Names of the built-in workloads.
+pub fn builtin_workloads() -> Vec<&'static str> {
+    BUILTIN_WORKLOADS.iter().map(|(n, _)| *n).collect()
+}
+
+impl Workload {
+    /// A built-in workload by name, or a TOML file by path.
+    pub fn resolve(name_or_path: &str) -> Result<Workload, SimError> {
+        if let Some((name, text)) = BUILTIN_WORKLOADS.iter().find(|(n, _)| *n == name_or_path) {
+            return Self::from_toml(&format!("builtin:{name}.toml"), text);
+        }
+        if looks_like_path(name_or_path) {
+            let text = read_file(name_or_path)?;
+            return Self::from_toml(name_or_path, &text);
+        }
+        Err(SimError::UnknownWorkload {
+            name: name_or_path.to_string(),
+            known: builtin_workloads().iter().map(|s| s.to_string()).collect(),
+        })
+    }
+
+    /// Parse and validate; `file` names the source in errors.
+    pub fn from_toml(file: &str, text: &str) -> Result<Workload, SimError> {
+        let w: Workload = parse_toml(file, text)?;
+        w.validate(file)?;
+        Ok(w)
+    }
+
+    /// The same workload with every phase `factor` times as long.
+    pub fn scaled(&self, factor: f64) -> Workload {
+        let mut w = self.clone();
+        w.scale *= factor;
+        w
+    }
+
+    /// The phases of process `i` as they will run (lengths scaled, shares resolved per region).
+    pub(crate) fn resolved_phases(&self, i: usize) -> Vec<(u64, Vec<f64>)> {
+        let p = &self.processes[i];
+        let own: Vec<f64> = p.regions.iter().map(|r| r.share).collect();
+        let scale = |n: u64| ((n as f64 * self.scale).round() as u64).max(1);
+        if p.phases.is_empty() {
+            return vec![(scale(p.accesses.unwrap_or(0)), own)];
+        }
+        p.phases
+            .iter()
+            .map(|ph| {
+                let shares = if ph.shares.is_empty() {
+                    own.clone()
+                } else {
+                    p.regions
+                        .iter()
+                        .map(|r| ph.shares.get(&r.name).copied().unwrap_or(0.0))
+                        .collect()
+                };
+                (scale(ph.accesses), shares)
+            })
+            .collect()
+    }
+
+    pub fn validate(&self, file: &str) -> Result<(), SimError> {
+        let invalid = |message: String| SimError::Invalid {
+            file: file.to_string(),
+            message,
+        };
+        if self.processes.is_empty() {
+            return Err(invalid("a workload needs at least one [[process]]".into()));
+        }
+        if !(self.scale.is_finite() && self.scale > 0.0) {
+            return Err(invalid(format!(
+                "scale must be positive, got {}",
+                self.scale
+            )));
+        }
+        for p in &self.processes {
+            let at = |m: String| invalid(format!("process '{}': {m}", p.name));
+            if p.regions.is_empty() {
+                return Err(at("needs at least one [[process.region]]".into()));
+            }
+            if p.repeat == 0 {
+                return Err(at("repeat must be at least 1".into()));
+            }
+            for (i, r) in p.regions.iter().enumerate() {
+                let at = |m: String| at(format!("region '{}': {m}", r.name));
+                if p.regions[..i].iter().any(|o| o.name == r.name) {
+                    return Err(at("region names must be unique".into()));
+                }
+                if r.elem == 0 || !r.elem.is_power_of_two() || r.elem > 4096 {
+                    return Err(at(format!(
+                        "elem must be a power of two in 1..=4096, got {}",
+                        r.elem
+                    )));
+                }
+                if r.size.0 < r.elem as u64 || r.size.0 % r.elem as u64 != 0 {
+                    return Err(at(format!(
+                        "size {} must be a non-zero multiple of elem {}",
+                        r.size, r.elem
+                    )));
+                }
+                if r.size.0 > 64 << 30 {
+                    return Err(at(format!("size {} is larger than 64GiB", r.size)));
+                }
+                let finite_nonneg = |v: f64| v.is_finite() && v >= 0.0;
+                if !finite_nonneg(r.share) {
+                    return Err(at(format!("share must be >= 0, got {}", r.share)));
+                }
+                if !(0.0..=1.0).contains(&r.write_fraction) {
+                    return Err(at(format!(
+                        "write_fraction must be in [0, 1], got {}",
+                        r.write_fraction
+                    )));
+                }
+                if !finite_nonneg(r.instructions_per_access) || r.instructions_per_access > 1e6 {
+                    return Err(at("instructions_per_access must be in [0, 1e6]".into()));
+                }
+                if !(r.mlp.is_finite() && r.mlp >= 1.0) {
+                    return Err(at(format!("mlp must be >= 1, got {}", r.mlp)));
+                }
+                match r.pattern {
+                    Pattern::Strided => match r.stride {
+                        Some(s)
+                            if s.0 >= r.elem as u64
+                                && s.0 % r.elem as u64 == 0
+                                && s.0 <= r.size.0 => {}
+                        _ => {
+                            return Err(at(
+                                "strided needs stride = a multiple of elem, at most the size"
+                                    .into(),
+                            ))
+                        }
+                    },
+                    Pattern::Stencil => {
+                        if r.offsets.is_empty() || r.offsets.len() > 64 {
+                            return Err(at(
+                                "stencil needs offsets = [..] (1 to 64 byte offsets)".into()
+                            ));
+                        }
+                        if r.offsets
+                            .iter()
+                            .any(|o| o.unsigned_abs() >= r.size.0 || o % r.elem as i64 != 0)
+                        {
+                            return Err(at(
+                                "stencil offsets must be multiples of elem, smaller than the size"
+                                    .into(),
+                            ));
+                        }
+                    }
+                    Pattern::PointerChase if r.size.0 / r.elem as u64 > u32::MAX as u64 => {
+                        return Err(at("pointer-chase has too many elements (max 2^32)".into()));
+                    }
+                    _ => {}
+                }
+            }
+            if p.phases.is_empty() {
+                if p.accesses.unwrap_or(0) == 0 {
+                    return Err(at(
+                        "give accesses = N or at least one [[process.phase]]".into()
+                    ));
+                }
+                if p.regions.iter().all(|r| r.share == 0.0) {
+                    return Err(at("at least one region needs a share > 0".into()));
+                }
+            }
+            for (i, ph) in p.phases.iter().enumerate() {
+                let label = ph.name.clone().unwrap_or_else(|| format!("#{}", i + 1));
+                let at = |m: String| at(format!("phase {label}: {m}"));
+                if ph.accesses == 0 {
+                    return Err(at("accesses must be > 0".into()));
+                }
+                for (name, share) in &ph.shares {
+                    if !p.regions.iter().any(|r| &r.name == name) {
+                        return Err(at(format!("unknown region '{name}' in shares")));
+                    }
+                    if !(share.is_finite() && *share >= 0.0) {
+                        return Err(at(format!("share of '{name}' must be >= 0")));
+                    }
+                }
+                let total: f64 = if ph.shares.is_empty() {
+                    p.regions.iter().map(|r| r.share).sum()
+                } else {
+                    ph.shares.values().sum()
+                };
+                if total <= 0.0 {
+                    return Err(at("shares add up to 0".into()));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builtins_parse_and_say_what_they_model() {
+        for name in builtin_workloads() {
+            let w = Workload::resolve(name).unwrap();
+            assert_eq!(w.name, name);
+            assert!(!w.description.is_empty(), "{name} has no description");
+        }
+        assert_eq!(
+            Workload::resolve("noisy-neighbour")
+                .unwrap()
+                .processes
+                .len(),
+            2
+        );
+    }
+
+    #[test]
+    fn unknown_workload_lists_the_known_ones() {
+        let e = Workload::resolve("gcc-like").unwrap_err().to_string();
+        assert!(e.contains("art-like") && e.contains("mcf-like"), "{e}");
+    }
+
+    #[test]
+    fn bad_workloads_are_refused_with_a_reason() {
+        let base = "name = \"w\"\n[[process]]\nname = \"p\"\naccesses = 10\n[[process.region]]\nname = \"a\"\nsize = \"4KiB\"\nshare = 1.0\n";
+        let e =
+            Workload::from_toml("w.toml", &format!("{base}pattern = \"zigzag\"\n")).unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.starts_with("w.toml:9:"), "{msg}");
+        assert!(msg.contains("sequential"), "says what was expected: {msg}");
+        let e =
+            Workload::from_toml("w.toml", &format!("{base}pattern = \"strided\"\n")).unwrap_err();
+        assert!(e.to_string().contains("stride"), "{e}");
+        let ok = Workload::from_toml("w.toml", &format!("{base}pattern = \"random\"\n")).unwrap();
+        assert_eq!(ok.resolved_phases(0), vec![(10, vec![1.0])]);
+        assert_eq!(ok.scaled(0.5).resolved_phases(0)[0].0, 5);
+    }
+}

@@ -1,0 +1,124 @@
+//! The Machine API the controller drives: determinism, run_for, the platform traits.
+
+use rocs_core::{
+    Colour, Counters, DataSource, Errno, Placement, Remapper, Sampler, SamplingPlan, VirtPage,
+};
+use rocs_sim::{Machine, MachineProfile, Workload};
+
+const SMALL: &str = r#"
+name = "small"
+description = "a stream and a reused table"
+[[process]]
+name = "p"
+accesses = 2_000_000
+[[process.region]]
+name = "stream"
+size = "1MiB"
+pattern = "sequential"
+share = 0.5
+[[process.region]]
+name = "table"
+size = "128KiB"
+pattern = "random"
+share = 0.5
+"#;
+
+fn machine(seed: u64) -> Machine {
+    let p = MachineProfile::resolve("tiny").unwrap();
+    let w = Workload::from_toml("small.toml", SMALL).unwrap();
+    Machine::new(&p, &w, seed).unwrap()
+}
+
+#[test]
+fn same_seed_same_numbers_and_run_for_ends() {
+    let mut a = machine(7);
+    let mut b = machine(7);
+    let mut steps = 0;
+    while a.run_for(1_000_000) {
+        steps += 1;
+        assert!(steps < 10_000);
+    }
+    assert!(a.finished());
+    assert!(!a.run_for(1_000_000), "stays finished");
+    b.run_to_end().unwrap();
+    assert_eq!(a.totals(), b.totals());
+    let t = a.totals();
+    assert_eq!(t.l1d_accesses, 2_000_000);
+    assert!(t.llc_misses > 0 && t.llc_misses < t.llc_accesses);
+    let mut c = machine(8);
+    c.run_to_end().unwrap();
+    assert_ne!(
+        c.totals().llc_misses,
+        t.llc_misses,
+        "another seed, other frames"
+    );
+}
+
+#[test]
+fn migrate_to_pollute_and_back_changes_colour_and_charges_cost() {
+    let mut m = machine(1);
+    let pid = m.pids()[0];
+    assert_eq!(m.llc_geometry().colours(), 16);
+    assert_eq!(m.pollute_colours(), vec![Colour(15)]);
+    let pages = m.region_pages(pid, "stream").unwrap();
+    assert_eq!(pages.len(), 256);
+    let before = m.query(pid, &pages).unwrap();
+    let already = before.iter().filter(|c| **c == Ok(Colour(15))).count();
+    let res = m.migrate(pid, &pages, Placement::Pollute).unwrap();
+    assert!(res.iter().all(|r| *r == Ok(Colour(15))), "{res:?}");
+    let t = m.totals();
+    assert_eq!(t.processes[0].pages_migrated as usize, 256 - already);
+    assert_eq!(
+        t.migration_overhead_cycles,
+        (256 - already) as u64 * m.migration_cycles()
+    );
+    assert_eq!(m.migration_cycles(), 4000, "2 us at 2 GHz");
+    let back = m.migrate(pid, &pages[..10], Placement::Restore).unwrap();
+    assert!(back.iter().all(|r| matches!(r, Ok(c) if c.0 != 15)));
+    // Unmapped page and unknown pid.
+    assert_eq!(
+        m.query(pid, &[VirtPage(1)]).unwrap(),
+        vec![Err(Errno::EFAULT)]
+    );
+    assert!(m.migrate(4242, &pages, Placement::Pollute).is_err());
+    m.set_pollute_colours(&[Colour(0), Colour(1)]).unwrap();
+    assert!(m.set_pollute_colours(&[Colour(16)]).is_err());
+    let res = m.migrate(pid, &pages[..4], Placement::Pollute).unwrap();
+    assert!(
+        res.iter().all(|r| matches!(r, Ok(Colour(0 | 1)))),
+        "{res:?}"
+    );
+}
+
+#[test]
+fn sampler_reports_llc_hits_and_misses_and_counters_give_deltas() {
+    let mut m = machine(3);
+    let pid = m.pids()[0];
+    m.start(
+        pid,
+        &SamplingPlan {
+            period: 100,
+            cpu_budget: 0.0,
+        },
+    )
+    .unwrap();
+    m.run_for(2_000_000);
+    let mut out = Vec::new();
+    let loss = m.drain(pid, &mut out).unwrap();
+    assert_eq!(loss.lost, 0);
+    assert!(out.len() > 10, "{}", out.len());
+    assert!(out.iter().any(|s| s.source == DataSource::LlcHit));
+    assert!(out.iter().any(|s| s.source == DataSource::LlcMiss));
+    assert!(out.iter().all(|s| s.pid == pid && s.paddr.is_some()));
+    let t = m.totals();
+    assert_eq!(t.sampling_overhead_cycles, out.len() as u64 * 200);
+    let d1 = m.read(pid).unwrap();
+    assert_eq!(d1.instructions, t.instructions);
+    m.stop(pid).unwrap();
+    m.run_for(1_000_000);
+    let d2 = m.read(pid).unwrap();
+    assert!(d2.cycles >= 1_000_000 && d2.instructions > 0);
+    out.clear();
+    m.drain(pid, &mut out).unwrap();
+    assert!(out.is_empty(), "stopped sampling takes no samples");
+}
