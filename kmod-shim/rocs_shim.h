@@ -41,7 +41,8 @@ static inline unsigned int rocs_colour_of(const struct rocs_pool *pool, struct p
 
 void rocs_pool_init(struct rocs_pool *pool, int nid, unsigned int colours, unsigned long limit,
 		    const unsigned long *pollute);
-void rocs_pool_fill(struct rocs_pool *pool, const unsigned long *colours);
+bool rocs_pool_fill(struct rocs_pool *pool, const unsigned long *wanted,
+		    unsigned long max_blocks);
 void rocs_pool_drain(struct rocs_pool *pool);
 struct page *rocs_pool_take(struct rocs_pool *pool, const unsigned long *wanted,
 			    unsigned int *cursor);

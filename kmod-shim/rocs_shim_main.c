@@ -29,6 +29,7 @@
 #include <linux/slab.h>
 #include <linux/sort.h>
 #include <linux/uaccess.h>
+#include <linux/workqueue.h>
 
 #include "rocs_shim.h"
 
@@ -48,6 +49,8 @@ static DEFINE_MUTEX(rocs_mutex);
 static struct rocs_pool *rocs_pools;	/* one per possible node, nr_node_ids */
 static unsigned int rocs_ncolours;
 static unsigned long rocs_pool_limit;	/* per node */
+/* CONFIGURE asked for PREFILL: keep the pollute colours' stash topped up in the background. */
+static bool rocs_keep_filled;
 static DECLARE_BITMAP(rocs_pollute, ROCS_SHIM_MAX_COLOURS);
 static DECLARE_BITMAP(rocs_ordinary, ROCS_SHIM_MAX_COLOURS);
 static struct {
@@ -98,6 +101,31 @@ static void rocs_drain_all(void)
 	for (nid = 0; nid < nr_node_ids; nid++)
 		rocs_pool_drain(&rocs_pools[nid]);
 }
+
+/* Blocks allocated per hold of the mutex when refilling in the background. */
+#define ROCS_REFILL_BLOCKS 64
+
+/*
+ * Top up the pollute colours' stash of every node after MIGRATE to Pollute took from it,
+ * in small steps so that ioctls are not held up for long.
+ */
+static void rocs_refill(struct work_struct *work)
+{
+	bool more = true;
+	int nid;
+
+	while (more) {
+		more = false;
+		mutex_lock(&rocs_mutex);
+		if (rocs_keep_filled)
+			for_each_node_state(nid, N_MEMORY)
+				more |= rocs_pool_fill(&rocs_pools[nid], rocs_pollute,
+						       ROCS_REFILL_BLOCKS);
+		mutex_unlock(&rocs_mutex);
+		cond_resched();
+	}
+}
+static DECLARE_WORK(rocs_refill_work, rocs_refill);
 
 static unsigned long rocs_frames_held(void)
 {
@@ -453,6 +481,8 @@ static long rocs_ioctl_pages(void __user *argp, bool migrate)
 
 	err = rocs_walk(call, entries, req.count, status);
 	mmput(call->mm);
+	if (migrate && call->to_pollute && rocs_keep_filled)
+		queue_work(system_unbound_wq, &rocs_refill_work);
 	if (err)
 		goto out;
 
@@ -506,11 +536,12 @@ static long rocs_ioctl_configure(void __user *argp)
 	/* The stash is sorted by the old geometry: give it back and start again. */
 	rocs_drain_all();
 	rocs_set_colours(cfg.colours, cfg.pool_limit, mask);
-	if (cfg.flags & ROCS_SHIM_CONFIG_PREFILL) {
+	rocs_keep_filled = cfg.flags & ROCS_SHIM_CONFIG_PREFILL;
+	if (rocs_keep_filled) {
 		int nid;
 
 		for_each_node_state(nid, N_MEMORY)
-			rocs_pool_fill(&rocs_pools[nid], rocs_pollute);
+			rocs_pool_fill(&rocs_pools[nid], rocs_pollute, ULONG_MAX);
 	}
 	return 0;
 }
@@ -636,6 +667,8 @@ static int __init rocs_init(void)
 static void __exit rocs_exit(void)
 {
 	misc_deregister(&rocs_dev);
+	/* No ioctl can queue the refill any more; wait for one that runs. */
+	cancel_work_sync(&rocs_refill_work);
 	mutex_lock(&rocs_mutex);
 	rocs_drain_all();
 	mutex_unlock(&rocs_mutex);

@@ -145,11 +145,13 @@ struct page *rocs_pool_take(struct rocs_pool *pool, const unsigned long *wanted,
 }
 
 /*
- * Fill the stash of every colour set in @wanted up to its limit, as far as the page
- * allocator allows. Each block brings one frame of every colour, so the work is one
- * block per missing frame of the emptiest wanted colour.
+ * Fill the stash of every colour set in @wanted towards its limit, with at most
+ * @max_blocks blocks from the page allocator. Each block brings one frame of every colour,
+ * so filling takes one block per missing frame of the emptiest wanted colour. True when
+ * frames are still missing and the allocator was still giving.
  */
-void rocs_pool_fill(struct rocs_pool *pool, const unsigned long *wanted)
+bool rocs_pool_fill(struct rocs_pool *pool, const unsigned long *wanted,
+		    unsigned long max_blocks)
 {
 	unsigned int order = ilog2(pool->colours);
 	unsigned long missing = 0, blocks;
@@ -158,10 +160,13 @@ void rocs_pool_fill(struct rocs_pool *pool, const unsigned long *wanted)
 	for_each_set_bit(c, wanted, pool->colours)
 		missing = max(missing, pool->limit_of[c] - pool->count[c]);
 	for (blocks = 0; blocks < missing; blocks++) {
-		struct page *block = alloc_pages_node(pool->nid, ROCS_GFP, order);
+		struct page *block;
 
+		if (blocks == max_blocks)
+			return true;
+		block = alloc_pages_node(pool->nid, ROCS_GFP, order);
 		if (!block)
-			return;
+			return false;
 		pool->allocated += 1UL << order;
 		if (order)
 			split_page(block, order);
@@ -169,4 +174,5 @@ void rocs_pool_fill(struct rocs_pool *pool, const unsigned long *wanted)
 			rocs_pool_put(pool, block + i);
 		cond_resched();
 	}
+	return false;
 }

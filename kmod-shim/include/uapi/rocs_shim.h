@@ -60,8 +60,9 @@ struct rocs_shim_info {
 	__u64 pollute_mask[ROCS_SHIM_MASK_WORDS]; /* bit c set: colour c is a pollute colour */
 };
 
-/* rocs_shim_config.flags: fill the pollute colours' share of the stash now, so that the
- * first MIGRATE to Pollute does not pay for finding frames of those colours. */
+/* rocs_shim_config.flags: fill the pollute colours' share of the stash now, and top it up
+ * in the background after each MIGRATE to Pollute, so that MIGRATE rarely pays for
+ * finding frames of those colours. */
 #define ROCS_SHIM_CONFIG_PREFILL 1U
 
 /*
