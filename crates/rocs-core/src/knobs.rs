@@ -9,12 +9,13 @@ use thiserror::Error;
 
 use crate::Colour;
 
-/// Which colours make the pollute buffer: a count (the lowest `n` colours) or an explicit
+/// Which colours make the pollute buffer: a count (the highest `n` colours) or an explicit
 /// set of colour indices.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum PolluteColours {
-    /// The lowest `n` colours (0..n).
+    /// The highest `n` colours (colours - n .. colours), so that colour 0 and its
+    /// neighbours stay with the ordinary data whatever the count.
     Count(u32),
     /// These colour indices.
     Set(Vec<u32>),
@@ -34,13 +35,18 @@ impl PolluteColours {
             return Err(KnobError::NoColours);
         }
         let mut set: Vec<u32> = match self {
-            PolluteColours::Count(n) => (0..*n).collect(),
+            PolluteColours::Count(n) => (colours.saturating_sub(*n)..colours).collect(),
             PolluteColours::Set(v) => v.clone(),
         };
         set.sort_unstable();
         set.dedup();
         if set.is_empty() {
             return Err(KnobError::PolluteEmpty);
+        }
+        if let PolluteColours::Count(n) = self {
+            if *n >= colours {
+                return Err(KnobError::PolluteAll { colours });
+            }
         }
         if let Some(&c) = set.iter().find(|&&c| c >= colours) {
             return Err(KnobError::ColourOutOfRange { colour: c, colours });
@@ -267,7 +273,7 @@ mod tests {
         Knobs::default().validate(16).unwrap();
         assert_eq!(
             Knobs::default().pollute_colours.resolve(16).unwrap(),
-            vec![Colour(0)]
+            vec![Colour(15)]
         );
     }
 
