@@ -9,6 +9,8 @@
 //! - every [`Action::Migrate`] gets its [`Observation::Migrated`] report before the next
 //!   window ends (a window that ends with a report outstanding is not used as a
 //!   measurement);
+//! - every [`Action::Query`] gets its [`Observation::Colours`] report (the search waits for
+//!   it);
 //! - [`Action::StartSampling`] and [`Action::StopSampling`] take effect for the next window.
 //!
 //! States (DESIGN.md 4): Observe → Profile → Search → Steady, and Steady → Profile on a
@@ -78,6 +80,13 @@ pub struct MigrationReport {
     pub results: Vec<PageResult>,
 }
 
+/// The result of one [`Action::Query`]: one result per page, in order.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ColourReport {
+    pub pages: Vec<VirtPage>,
+    pub results: Vec<PageResult>,
+}
+
 /// Something the driver observed.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Observation<'a> {
@@ -89,6 +98,8 @@ pub enum Observation<'a> {
     SampleLoss(SampleLoss),
     /// The outcome of a migration the controller asked for.
     Migrated(MigrationReport),
+    /// The answer to an [`Action::Query`].
+    Colours(ColourReport),
     /// The target exited.
     TargetExited,
     /// An operator command.
@@ -104,6 +115,12 @@ pub enum Action {
     Migrate {
         pages: Vec<VirtPage>,
         to: Placement,
+    },
+    /// Ask the colour of each page's frame (`Remapper::query`), then report with
+    /// [`Observation::Colours`]. The controller asks before a search, so that ordinary pages
+    /// that happen to sit in the pollute colours are moved out: the buffer is reserved.
+    Query {
+        pages: Vec<VirtPage>,
     },
     /// Tell the world (log, history, control socket).
     Report(Event),
@@ -187,11 +204,24 @@ pub struct Controller {
     profile_windows: u32,
     build: StackBuild,
     confined: BTreeSet<VirtPage>,
+    /// Ordinary pages found in the pollute colours (the allocator put them there); moved
+    /// out when a search confines anything.
+    squatters: BTreeSet<VirtPage>,
+    /// Squatters we moved out; they go back when the search settles on k = 0.
+    evicted: BTreeSet<VirtPage>,
+    /// Evicted squatters being moved back by the migration in flight.
+    rehoming: HashSet<VirtPage>,
     /// Pages that failed to move since the last profile; not tried again until then.
     failed: HashSet<VirtPage>,
     search: Option<Search>,
     /// The placement for this `k` is complete: the next window measures it.
     measuring: Option<usize>,
+    /// Windows still to wait after a move before measuring.
+    settle_left: u32,
+    /// A colour query is out; the search waits for it.
+    awaiting_colours: bool,
+    /// The window count when pages were last moved.
+    moved_at: Option<u64>,
     /// The search is over; moving to this `k` before Steady.
     final_k: Option<usize>,
     search_started_at: u64,
@@ -224,9 +254,15 @@ impl Controller {
             profile_windows: 0,
             build: StackBuild::default(),
             confined: BTreeSet::new(),
+            squatters: BTreeSet::new(),
+            evicted: BTreeSet::new(),
+            rehoming: HashSet::new(),
             failed: HashSet::new(),
             search: None,
             measuring: None,
+            settle_left: 0,
+            awaiting_colours: false,
+            moved_at: None,
             final_k: None,
             search_started_at: 0,
             phase: PhaseDetector::new(knobs.phase_band, knobs.phase_windows),
@@ -282,6 +318,12 @@ impl Controller {
         &self.confined
     }
 
+    /// Ordinary pages found in the pollute colours, not put there by rocs (they are moved
+    /// out when a search confines anything, and left alone at k = 0).
+    pub fn squatters(&self) -> &BTreeSet<VirtPage> {
+        &self.squatters
+    }
+
     pub fn stats(&self) -> Stats {
         self.stats
     }
@@ -310,6 +352,7 @@ impl Controller {
                 self.stats.samples_throttled += loss.throttled;
             }
             Observation::Migrated(report) => self.on_migrated(report, &mut out),
+            Observation::Colours(report) => self.on_colours(report, &mut out),
             Observation::TargetExited => {
                 self.stop_sampling(&mut out);
                 self.transition(State::Exited, "the target exited".into(), &mut out);
@@ -349,14 +392,22 @@ impl Controller {
                     return;
                 }
                 self.skip_window = false;
-                if ran {
-                    if let Some(k) = self.measuring.take() {
-                        let (ipc, mpki) = (delta.ipc(), delta.mpki());
-                        if let Some(s) = self.search.as_mut() {
-                            s.record(k, ipc);
-                        }
-                        self.event(EventKind::SearchStep { k, ipc, mpki }, out);
+                if let Some(k) = self.measuring {
+                    if self.settle_left > 0 {
+                        // The window right after a move carries the move's cost and cold
+                        // caches for the moved pages: not a fair measurement of k.
+                        self.settle_left -= 1;
+                        return;
                     }
+                    if !ran {
+                        return;
+                    }
+                    self.measuring = None;
+                    let (ipc, mpki) = (delta.ipc(), delta.mpki());
+                    if let Some(s) = self.search.as_mut() {
+                        s.record(k, ipc);
+                    }
+                    self.event(EventKind::SearchStep { k, ipc, mpki }, out);
                 }
                 self.search_step(out);
             }
@@ -473,7 +524,35 @@ impl Controller {
             self.build.regions.len()
         );
         self.transition(State::Search, reason, out);
-        self.search_step(out);
+        // First learn which stack pages already sit in the pollute colours; the search
+        // starts once the answer is in.
+        self.in_flight += 1;
+        self.awaiting_colours = true;
+        out.push(Action::Query {
+            pages: self.build.stack.top(n).collect(),
+        });
+    }
+
+    fn on_colours(&mut self, report: ColourReport, out: &mut Vec<Action>) {
+        if !std::mem::take(&mut self.awaiting_colours) {
+            return;
+        }
+        self.in_flight = self.in_flight.saturating_sub(1);
+        for (page, result) in report.pages.iter().zip(&report.results) {
+            if let Ok(colour) = result {
+                // A page in the buffer that we did not put there is a squatter; a page
+                // outside the buffer is not confined, whatever we believed.
+                if !self.pollute.contains(colour) {
+                    self.confined.remove(page);
+                    self.squatters.remove(page);
+                } else if !self.confined.contains(page) {
+                    self.squatters.insert(*page);
+                }
+            }
+        }
+        if self.state == State::Search && self.in_flight == 0 {
+            self.search_step(out);
+        }
     }
 
     /// Decide what the next window is for, and start the moves it needs.
@@ -487,8 +566,14 @@ impl Controller {
         };
         match next {
             Next::Measure(k) => {
+                let moved_before = self.stats.windows;
                 if self.move_towards(k, out) {
                     self.measuring = Some(k);
+                    // Settle after any move that made up this placement, the last batch
+                    // included.
+                    if self.moved_at == Some(moved_before) {
+                        self.settle_left = self.knobs.settle_windows;
+                    }
                 }
             }
             Next::Done(k) => {
@@ -530,18 +615,47 @@ impl Controller {
             .top(k)
             .filter(|p| !self.failed.contains(p))
             .collect();
+        if k > 0 {
+            // Pages that were in the buffer before us and belong there now are adopted
+            // where they are.
+            let adopt: Vec<VirtPage> = self
+                .squatters
+                .iter()
+                .filter(|p| target.contains(p))
+                .copied()
+                .collect();
+            for p in adopt {
+                self.squatters.remove(&p);
+                self.confined.insert(p);
+            }
+        }
+        // With k > 0 the buffer is reserved: ordinary pages found in it move out. With
+        // k = 0 nothing of ours is confined and the squatters we moved out go back, so that
+        // k = 0 is "rocs not running" (the LLC keeps all of its colours for the program).
         let restore: Vec<VirtPage> = self
             .confined
             .iter()
+            .chain(self.squatters.iter().filter(|_| k > 0))
             .filter(|p| !target.contains(p) && !self.failed.contains(p))
             .copied()
             .collect();
+        let rehome: Vec<VirtPage> = if k == 0 {
+            self.evicted
+                .iter()
+                .filter(|p| !self.failed.contains(p))
+                .copied()
+                .collect()
+        } else {
+            Vec::new()
+        };
         let pollute: Vec<VirtPage> = self
             .build
             .stack
             .top(k)
             .filter(|p| !self.confined.contains(p) && !self.failed.contains(p))
+            .chain(rehome.iter().copied())
             .collect();
+        self.rehoming = rehome.into_iter().collect();
         let needed = restore.len() + pollute.len();
         let budget = self.budget_left as usize;
         // Restores first: they make room in the pollute buffer and undo the last guess.
@@ -554,6 +668,7 @@ impl Controller {
         self.budget_left -= issued as u32;
         if issued > 0 {
             self.skip_window = true;
+            self.moved_at = Some(self.stats.windows);
         }
         for (pages, to) in [
             (restore_now, Placement::Restore),
@@ -576,11 +691,19 @@ impl Controller {
             let result = report.results.get(i).copied().unwrap_or(Err(Errno::EINVAL));
             match (report.to, result) {
                 (Placement::Pollute, Ok(_)) => {
-                    self.confined.insert(page);
+                    if self.rehoming.remove(&page) {
+                        self.evicted.remove(&page);
+                        self.squatters.insert(page);
+                    } else {
+                        self.confined.insert(page);
+                    }
                     self.stats.pages_migrated += 1;
                 }
                 (Placement::Restore, Ok(_)) => {
                     self.confined.remove(&page);
+                    if self.squatters.remove(&page) {
+                        self.evicted.insert(page);
+                    }
                     self.stats.pages_migrated += 1;
                 }
                 (to, Err(errno)) => {
@@ -590,6 +713,7 @@ impl Controller {
                     // A page that no longer exists is in no buffer.
                     if to == Placement::Restore && matches!(errno, Errno::ENOENT | Errno::EFAULT) {
                         self.confined.remove(&page);
+                        self.squatters.remove(&page);
                     }
                 }
             }

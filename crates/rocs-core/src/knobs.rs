@@ -126,7 +126,12 @@ pub struct Knobs {
     /// Most pages migrated (either way) per window. A larger move spreads over several
     /// windows, and windows during a partial move are not used as measurements.
     pub page_budget: u32,
-    /// Observe → Profile needs the LLC miss rate (misses / references) at least this high...
+    /// Windows to wait after a move before measuring IPC at the new `k`: the window right
+    /// after a move pays for the copies and starts with the moved pages cold in the caches.
+    pub settle_windows: u32,
+    /// Observe → Profile needs the LLC miss rate (misses / references) at least this high
+    /// (ROCS kept programs over 25% on the 970FX; LLC references on modern parts include
+    /// prefetches and instruction fetches, which dilute the rate, hence a lower default)...
     pub min_llc_miss_rate: f64,
     /// ... and at least this many LLC misses per thousand instructions.
     pub min_mpki: f64,
@@ -160,7 +165,8 @@ impl Default for Knobs {
             linear_auto_steps: 16,
             linear_min_pages: 0,
             page_budget: 4096,
-            min_llc_miss_rate: 0.25,
+            settle_windows: 1,
+            min_llc_miss_rate: 0.10,
             min_mpki: 1.0,
             phase_band: 0.15,
             phase_windows: 2,

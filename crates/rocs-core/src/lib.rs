@@ -16,7 +16,8 @@ pub mod search;
 pub mod stack;
 
 pub use controller::{
-    Action, Command, Controller, Event, EventKind, MigrationReport, Observation, State, Stats,
+    Action, ColourReport, Command, Controller, Event, EventKind, MigrationReport, Observation,
+    State, Stats,
 };
 pub use geometry::{CacheGeometry, GeometryError};
 pub use knobs::{KnobError, Knobs, PolluteColours, SearchMode};

@@ -5,9 +5,9 @@ use std::collections::HashSet;
 
 use proptest::prelude::*;
 use rocs_core::{
-    build_stack, Action, Colour, Command, Controller, CounterDelta, DataSource, Errno, EventKind,
-    Knobs, MemSample, MigrationReport, Observation, PageProfile, Placement, RegionParams,
-    SearchMode, State, VirtPage,
+    build_stack, Action, Colour, ColourReport, Command, Controller, CounterDelta, DataSource,
+    Errno, EventKind, Knobs, MemSample, MigrationReport, Observation, PageProfile, Placement,
+    RegionParams, SearchMode, State, VirtPage,
 };
 
 const PID: u32 = 42;
@@ -186,6 +186,22 @@ impl Driver {
                         pages,
                         results,
                     }));
+                    self.handle(next);
+                }
+                Action::Query { pages } => {
+                    let results = pages
+                        .iter()
+                        .map(|p| {
+                            Ok(if self.world.confined.contains(&p.0) {
+                                Colour(15)
+                            } else {
+                                Colour((p.0 % 15) as u32)
+                            })
+                        })
+                        .collect();
+                    let next = self
+                        .ctrl
+                        .on(Observation::Colours(ColourReport { pages, results }));
                     self.handle(next);
                 }
                 Action::Report(_) => {}
@@ -454,6 +470,32 @@ fn failed_migrations_are_counted_and_not_confined() {
             ..
         }
     )));
+}
+
+#[test]
+fn ordinary_pages_found_in_the_pollute_colours_are_moved_out() {
+    let mut w = World::new(art_like(), 0.0, 13);
+    // The allocator put some of the reused region's pages in the pollute colour.
+    w.confined = (1600..1620).collect();
+    let base = w.true_ipc();
+    let mut d = Driver::new(knobs(SearchMode::Adaptive), w);
+    d.run_until_steady(200);
+    assert!(d.world.confined.iter().all(|p| !(1600..1620).contains(p)));
+    d.confined_is_top_k();
+    assert!(d.world.true_ipc() > base);
+}
+
+#[test]
+fn with_nothing_to_gain_pages_in_the_pollute_colours_stay_put() {
+    let mut w = World::new(flat(0.0), 0.01, 13);
+    w.confined = (1600..1620).collect();
+    let mut d = Driver::new(knobs(SearchMode::Adaptive), w);
+    d.run_until_steady(200);
+    assert!(d.ctrl.confined().is_empty(), "a flat curve ends at k = 0");
+    // k = 0 is "rocs not running": pages the probes moved out of the pollute colours are
+    // back in them, and the program has the whole cache again.
+    assert_eq!(d.world.confined, (1600..1620).collect::<HashSet<u64>>());
+    assert_eq!(d.ctrl.squatters().len(), 20);
 }
 
 #[test]
