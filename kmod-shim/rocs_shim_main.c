@@ -536,13 +536,11 @@ static long rocs_ioctl_configure(void __user *argp)
 	/* The stash is sorted by the old geometry: give it back and start again. */
 	rocs_drain_all();
 	rocs_set_colours(cfg.colours, cfg.pool_limit, mask);
+	/* Filling takes a while (colours / pollute colours frames per stashed pollute frame):
+	 * it runs in the background, a little at a time; INFO.pool_frames shows progress. */
 	rocs_keep_filled = cfg.flags & ROCS_SHIM_CONFIG_PREFILL;
-	if (rocs_keep_filled) {
-		int nid;
-
-		for_each_node_state(nid, N_MEMORY)
-			rocs_pool_fill(&rocs_pools[nid], rocs_pollute, ULONG_MAX);
-	}
+	if (rocs_keep_filled)
+		queue_work(system_unbound_wq, &rocs_refill_work);
 	return 0;
 }
 

@@ -11,6 +11,7 @@
 #include <linux/gfp.h>
 #include <linux/log2.h>
 #include <linux/mm.h>
+#include <linux/mmzone.h>
 
 #include "rocs_shim.h"
 
@@ -21,6 +22,20 @@
 
 /* Bounded work per frame asked for; beyond it the request gets ENOMEM. */
 #define ROCS_BLOCK_TRIES 4
+
+/*
+ * Frames of node @nid. A node has about this many / colours frames of each colour; the
+ * stash keeps at most a quarter of them, which also bounds the work of filling it (one
+ * block of colours frames per stashed frame of the scarcest colour).
+ */
+static unsigned long rocs_node_frames(int nid)
+{
+#ifdef CONFIG_NUMA
+	return node_present_pages(nid);
+#else
+	return totalram_pages();
+#endif
+}
 
 /*
  * An empty stash for @colours colours. Half of @limit goes to the pollute colours and half
@@ -43,8 +58,9 @@ void rocs_pool_init(struct rocs_pool *pool, int nid, unsigned int colours, unsig
 		INIT_LIST_HEAD(&pool->frames[c]);
 	}
 	for (c = 0; c < colours; c++)
-		pool->limit_of[c] = test_bit(c, pollute) ? (limit / 2) / npollute
-							 : (limit - limit / 2) / (colours - npollute);
+		pool->limit_of[c] = min(test_bit(c, pollute) ? (limit / 2) / npollute
+							    : (limit - limit / 2) / (colours - npollute),
+					rocs_node_frames(nid) / colours / 4);
 }
 
 /* Give every stashed frame back to the page allocator. */

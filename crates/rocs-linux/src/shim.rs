@@ -20,7 +20,8 @@ pub const DEVICE: &str = "/dev/rocs_shim";
 
 /// How to get the module, said wherever it is missing.
 const HOW_TO_LOAD: &str = "load it with `modprobe rocs_shim` (build and install it from \
-     kmod-shim/ with `make && sudo make install`, or `dkms install kmod-shim/`)";
+     kmod-shim/ with `make && sudo make install`, or `dkms add ./kmod-shim && dkms install \
+     rocs-shim/1`)";
 
 /// The ABI of `kmod-shim/include/uapi/rocs_shim.h`, field for field.
 pub mod abi {

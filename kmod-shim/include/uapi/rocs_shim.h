@@ -60,15 +60,16 @@ struct rocs_shim_info {
 	__u64 pollute_mask[ROCS_SHIM_MASK_WORDS]; /* bit c set: colour c is a pollute colour */
 };
 
-/* rocs_shim_config.flags: fill the pollute colours' share of the stash now, and top it up
- * in the background after each MIGRATE to Pollute, so that MIGRATE rarely pays for
- * finding frames of those colours. */
+/* rocs_shim_config.flags: fill the pollute colours' share of the stash, and top it up
+ * after each MIGRATE to Pollute, in the background (INFO.pool_frames shows progress), so
+ * that MIGRATE rarely pays for finding frames of those colours. */
 #define ROCS_SHIM_CONFIG_PREFILL 1U
 
 /*
  * CONFIGURE: the colour geometry (from the LLC), the pollute colours, the stash bound.
  * A page moves to a frame of its own NUMA node; each node has its own stash of at most
- * pool_limit frames, half of it shared by the pollute colours, half by the others.
+ * pool_limit frames, half of it shared by the pollute colours, half by the others, and
+ * never more than a quarter of the node's frames of any colour.
  */
 struct rocs_shim_config {
 	__u32 colours;   /* power of two, 2..ROCS_SHIM_MAX_COLOURS */
