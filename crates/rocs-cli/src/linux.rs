@@ -1,13 +1,31 @@
 //! rocsctl commands about the real machine: doctor, geometry, record, profile.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::{Duration, Instant};
 
-use anyhow::Context;
-use clap::Subcommand;
+use anyhow::{bail, Context};
+use clap::{Subcommand, ValueEnum};
+use rocs_core::{MissRateStack, Sampler, SamplingPlan};
 use rocs_linux::doctor::{self, Status};
 use rocs_linux::geometry::{detect_geometry, page_size};
-use rocs_linux::CpuInfo;
+use rocs_linux::plan::software_page_fault_plan;
+use rocs_linux::{
+    select_plan, CpuInfo, EventChoice, KernelVersion, LinuxSampler, PageTable, PmuInventory,
+    SamplingStats,
+};
+use serde::Serialize;
+
+use crate::render;
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum EventArg {
+    /// The CPU's precise memory sampling (PEBS, IBS, SPE); falls back to page faults,
+    /// with a warning, where the machine has none.
+    Auto,
+    /// Software page-fault events: which pages are touched, not cache misses.
+    PageFaults,
+}
 
 #[derive(Subcommand)]
 pub enum LinuxCommand {
@@ -22,12 +40,43 @@ pub enum LinuxCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Sample a running process live and print its page profile.
+    Record {
+        /// The process to sample (all of its threads, and threads it creates).
+        #[arg(long)]
+        pid: u32,
+        /// How long to sample, in seconds (stops early when the process exits).
+        #[arg(long)]
+        duration: f64,
+        #[arg(long, value_enum, default_value = "auto")]
+        event: EventArg,
+        /// Sample period in events (default: the plan's).
+        #[arg(long)]
+        period: Option<u64>,
+        /// Largest share of one core sampling may cost; the period rises to stay under it.
+        #[arg(long, default_value_t = 0.01)]
+        cpu_budget: f64,
+        #[arg(long, conflicts_with = "svg")]
+        json: bool,
+        /// Write the pictures (miss-rate histogram, address map) to this SVG file.
+        #[arg(long)]
+        svg: Option<PathBuf>,
+    },
 }
 
 pub fn run(cmd: LinuxCommand) -> anyhow::Result<ExitCode> {
     match cmd {
         LinuxCommand::Doctor { json } => doctor_cmd(json),
         LinuxCommand::Geometry { json } => geometry_cmd(json),
+        LinuxCommand::Record {
+            pid,
+            duration,
+            event,
+            period,
+            cpu_budget,
+            json,
+            svg,
+        } => record_cmd(pid, duration, event, period, cpu_budget, json, svg),
     }
 }
 
@@ -96,6 +145,230 @@ fn geometry_cmd(json: bool) -> anyhow::Result<ExitCode> {
     );
     for n in &g.notes {
         println!("note: {n}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One page of a profile as `--json` prints it.
+#[derive(Serialize)]
+pub struct PageOut {
+    pub vaddr: u64,
+    pub samples: u64,
+    pub hits: Option<u64>,
+    pub misses: Option<u64>,
+    pub miss_rate: Option<f64>,
+}
+
+/// A page profile as `record --json` and `profile --json` print it.
+#[derive(Serialize)]
+pub struct ProfileOut {
+    pub source: String,
+    pub measures_llc: bool,
+    pub samples_total: u64,
+    pub page_size: u64,
+    pub pages: Vec<PageOut>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sampling: Option<SamplingStats>,
+}
+
+pub fn profile_out(table: &PageTable, source: String, measures_llc: bool) -> ProfileOut {
+    let pages = table
+        .sorted()
+        .into_iter()
+        .map(|(page, c)| PageOut {
+            vaddr: page.addr(table.page_shift()),
+            samples: c.samples(),
+            hits: measures_llc.then_some(c.hits as u64),
+            misses: measures_llc.then_some(c.misses as u64),
+            miss_rate: if measures_llc { c.miss_rate() } else { None },
+        })
+        .collect();
+    ProfileOut {
+        source,
+        measures_llc,
+        samples_total: table.samples_total(),
+        page_size: 1 << table.page_shift(),
+        pages,
+        sampling: None,
+    }
+}
+
+/// Print a profile: JSON, an SVG file, or text with terminal pictures.
+pub fn emit_profile(
+    table: &PageTable,
+    out: ProfileOut,
+    json: bool,
+    svg: Option<&Path>,
+) -> anyhow::Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(());
+    }
+    let profile = table.to_profile();
+    let stack = MissRateStack::from_profile(&profile);
+    if let Some(path) = svg {
+        let doc = render::profile_svg(&profile, &stack, &out.source);
+        std::fs::write(path, doc).with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("wrote {}", path.display());
+    }
+    println!("{}", out.source);
+    println!(
+        "{} samples on {} pages{}",
+        out.samples_total,
+        out.pages.len(),
+        if out.measures_llc {
+            ""
+        } else {
+            " (no data source: miss rates unknown)"
+        }
+    );
+    if let Some(s) = &out.sampling {
+        println!(
+            "lost {} records, throttled {} times, period {} ({} changes for the CPU budget), {} samples without address, {} of other processes",
+            s.lost, s.throttled, s.period, s.period_changes, s.without_address, s.other_processes
+        );
+    }
+    println!();
+    print!("{}", render::histogram_text(&stack, 10, 40));
+    println!();
+    print!("{}", render::address_map_text(&profile, 100, 6));
+    println!();
+    let mut top: Vec<&PageOut> = out.pages.iter().collect();
+    top.sort_by(|a, b| {
+        b.miss_rate
+            .unwrap_or(-1.0)
+            .total_cmp(&a.miss_rate.unwrap_or(-1.0))
+            .then(b.samples.cmp(&a.samples))
+    });
+    println!(
+        "{:>18} {:>9} {:>9} {:>9} {:>9}",
+        "page", "samples", "hits", "misses", "miss rate"
+    );
+    let opt = |v: Option<u64>| v.map_or("-".to_string(), |v| v.to_string());
+    for p in top.iter().take(20) {
+        println!(
+            "{:>#18x} {:>9} {:>9} {:>9} {:>9}",
+            p.vaddr,
+            p.samples,
+            opt(p.hits),
+            opt(p.misses),
+            p.miss_rate
+                .map_or("-".to_string(), |r| format!("{:.1}%", r * 100.0))
+        );
+    }
+    if out.pages.len() > 20 {
+        println!("({} more pages: --json lists all)", out.pages.len() - 20);
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn record_cmd(
+    pid: u32,
+    duration: f64,
+    event: EventArg,
+    period: Option<u64>,
+    cpu_budget: f64,
+    json: bool,
+    svg: Option<PathBuf>,
+) -> anyhow::Result<ExitCode> {
+    if !(duration > 0.0 && duration.is_finite()) {
+        bail!("--duration must be a positive number of seconds, got {duration}");
+    }
+    if !(0.0..=1.0).contains(&cpu_budget) {
+        bail!("--cpu-budget is a share of one core between 0 and 1, got {cpu_budget}");
+    }
+    let plan = match event {
+        EventArg::PageFaults => software_page_fault_plan(),
+        EventArg::Auto => {
+            let cpu = CpuInfo::detect().context("reading /proc/cpuinfo")?;
+            let pmus = PmuInventory::read(Path::new("/sys"));
+            let kernel = KernelVersion::running().unwrap_or(KernelVersion::new(0, 0, 0));
+            match select_plan(&cpu, &pmus, kernel, EventChoice::Auto) {
+                Ok(p) if p.live_unsupported.is_none() => p,
+                Ok(p) => {
+                    eprintln!(
+                        "rocsctl: warning: {}; using the page-fault plan instead",
+                        p.live_unsupported.unwrap_or_default()
+                    );
+                    software_page_fault_plan()
+                }
+                Err(e) => {
+                    eprintln!("rocsctl: warning: {}; using the page-fault plan, which does NOT measure cache misses", e.why);
+                    software_page_fault_plan()
+                }
+            }
+        }
+    };
+    let measures_llc = plan.measures_llc;
+    let label = plan.label.clone();
+    let mut sampler = LinuxSampler::new(plan);
+    let requested = SamplingPlan {
+        period: period.unwrap_or(0),
+        cpu_budget,
+    };
+    sampler
+        .start(pid, &requested)
+        .with_context(|| format!("starting to sample pid {pid}"))?;
+    let mut table = PageTable::new(page_size().trailing_zeros());
+    let start = Instant::now();
+    let total = Duration::from_secs_f64(duration);
+    let mut next_progress = Duration::from_secs(1);
+    let mut exited_at = None;
+    loop {
+        sampler
+            .drain_with(pid, |s| table.record(s.vaddr, s.source))
+            .with_context(|| format!("reading the samples of pid {pid}"))?;
+        let now = start.elapsed();
+        if sampler.target_exited(pid) {
+            exited_at = Some(now);
+            break;
+        }
+        if now >= total {
+            break;
+        }
+        if now >= next_progress {
+            let st = sampler.stats(pid).unwrap_or_default();
+            eprintln!(
+                "record: {:>4.0} s  {} samples  {} pages  lost {}  throttled {}  period {}",
+                now.as_secs_f64(),
+                st.samples,
+                table.len(),
+                st.lost,
+                st.throttled,
+                st.period
+            );
+            next_progress += Duration::from_secs(1);
+        }
+        std::thread::sleep(Duration::from_millis(20).min(total.saturating_sub(now)));
+    }
+    let stats = sampler.stats(pid).unwrap_or_default();
+    sampler.stop(pid).ok();
+    if table.is_empty() {
+        let why = match exited_at {
+            Some(t) => format!("pid {pid} exited after {:.1} s", t.as_secs_f64()),
+            None => format!("pid {pid} made no sampled accesses in {duration} s"),
+        };
+        bail!(
+            "no samples recorded: {why} (events seen: {}, without address {}, of other processes {}); sample a busier process or a longer time",
+            stats.samples, stats.without_address, stats.other_processes
+        );
+    }
+    let mut out = profile_out(
+        &table,
+        format!("live recording of pid {pid}: {label}"),
+        measures_llc,
+    );
+    out.sampling = Some(stats);
+    emit_profile(&table, out, json, svg.as_deref())?;
+    if let Some(t) = exited_at {
+        if t < total {
+            eprintln!(
+                "rocsctl: pid {pid} exited after {:.1} s of the {duration} s asked for: the profile covers its run until then",
+                t.as_secs_f64()
+            );
+            return Ok(ExitCode::from(2));
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand};
 
 mod client;
 mod linux;
+mod render;
 mod sim;
 
 #[derive(Parser)]

@@ -4,15 +4,26 @@
 //! client of the kernel shim (`kmod-shim/`); each implements a platform trait of rocs-core.
 
 pub mod abi;
+pub mod counters;
 pub mod cpu;
+pub mod datasrc;
+pub mod decode;
 pub mod doctor;
 pub mod events;
 pub mod geometry;
+pub mod pagetable;
 pub mod plan;
 pub mod pmu;
+pub mod record;
+pub mod ring;
+pub mod sampler;
 pub mod shim;
+pub mod target;
 
+pub use counters::{CounterEvents, CountersError, LinuxCounters};
 pub use cpu::{CpuInfo, KernelVersion, Vendor};
 pub use geometry::{detect_geometry, DetectedGeometry, GeometryDetectError};
+pub use pagetable::PageTable;
 pub use plan::{select_plan, EventChoice, EventPlan, EventSpec, NoPlan, PlanKind, SourceRule};
 pub use pmu::{PmuDevice, PmuInventory};
+pub use sampler::{LinuxSampler, SamplerError, SamplingStats};

@@ -1,0 +1,233 @@
+//! `rocsctl record` on real processes, against the real perf tool, and its errors.
+
+use std::collections::HashMap;
+use std::process::{Child, Command as StdCommand, Stdio};
+
+use assert_cmd::Command;
+use serde_json::Value;
+
+fn rocsctl() -> Command {
+    Command::cargo_bin("rocsctl").unwrap()
+}
+
+/// The same run each time: address randomisation off, wait a second (so the recorder is
+/// attached), then dd reads 16 MiB from /dev/zero into a fresh buffer twice. perl execs
+/// dd, so the pid stays the same.
+fn workload() -> Child {
+    StdCommand::new("setarch")
+        .args(["-R", "perl", "-e"])
+        .arg(r#"sleep 1; exec "dd", "if=/dev/zero", "of=/dev/null", "bs=16M", "count=2", "status=none""#)
+        .spawn()
+        .expect("setarch and perl run")
+}
+
+fn pages_of(json: &Value) -> HashMap<u64, u64> {
+    json["pages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["vaddr"].as_u64().unwrap(), p["samples"].as_u64().unwrap()))
+        .collect()
+}
+
+#[test]
+fn live_page_fault_counts_agree_with_perf_record() {
+    assert!(
+        StdCommand::new("perf")
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success()),
+        "this test needs the perf tool (Debian: linux-perf; tests/all.sh installs it)"
+    );
+    // rocsctl record, following the run to its end.
+    let mut child = workload();
+    let out = rocsctl()
+        .args([
+            "record",
+            "--pid",
+            &child.id().to_string(),
+            "--duration",
+            "30",
+            "--event",
+            "page-faults",
+            "--cpu-budget",
+            "1",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    child.wait().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "the target exits before 30 s: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let ours: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(ours["measures_llc"], false);
+    let ours = pages_of(&ours);
+
+    // perf record of the same run, every fault sampled, then perf script's addresses.
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("pf.data");
+    let mut child = workload();
+    let rec = StdCommand::new("perf")
+        .args([
+            "record",
+            "-q",
+            "-e",
+            "page-faults",
+            "-c",
+            "1",
+            "-d",
+            "-p",
+            &child.id().to_string(),
+            "-o",
+        ])
+        .arg(&data)
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    child.wait().unwrap();
+    assert!(rec.success());
+    let script = StdCommand::new("perf")
+        .args(["script", "-F", "addr", "-i"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    let mut theirs: HashMap<u64, u64> = HashMap::new();
+    for line in String::from_utf8(script.stdout).unwrap().lines() {
+        let addr = u64::from_str_radix(line.trim(), 16).unwrap();
+        *theirs.entry(addr & !0xfff).or_default() += 1;
+    }
+    let total = |m: &HashMap<u64, u64>| m.values().sum::<u64>();
+    let (a, b) = (total(&ours), total(&theirs));
+    assert!(
+        b >= 4096,
+        "perf saw {b} faults (16 MiB buffer = 4096 pages)"
+    );
+    // Two separate runs of the same program: allow a few pages of difference (1%).
+    assert!(a.abs_diff(b) * 100 <= b, "rocsctl {a} samples, perf {b}");
+    let agree = theirs
+        .iter()
+        .filter(|(p, n)| ours.get(p) == Some(n))
+        .count();
+    assert!(
+        agree * 100 >= theirs.len() * 99,
+        "{agree} of {} pages agree",
+        theirs.len()
+    );
+}
+
+#[test]
+fn record_text_and_svg_show_the_pictures() {
+    let mut child = workload();
+    let dir = tempfile::tempdir().unwrap();
+    let svg = dir.path().join("p.svg");
+    let out = rocsctl()
+        .args([
+            "record",
+            "--pid",
+            &child.id().to_string(),
+            "--duration",
+            "30",
+            "--event",
+            "page-faults",
+            "--svg",
+        ])
+        .arg(&svg)
+        .output()
+        .unwrap();
+    child.wait().unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(text.contains("does NOT measure cache misses"), "{text}");
+    assert!(text.contains("address space, compacted"), "{text}");
+    assert!(
+        err.contains("record:") && err.contains("samples"),
+        "a progress line per second: {err}"
+    );
+    assert!(err.contains("exited after"), "{err}");
+    let doc = std::fs::read_to_string(&svg).unwrap();
+    assert!(doc.starts_with("<svg") && doc.trim_end().ends_with("</svg>"));
+    assert!(doc.contains("<rect") && doc.contains("Address space"));
+}
+
+#[test]
+fn record_of_a_missing_process_fails_clearly() {
+    let out = rocsctl()
+        .args([
+            "record",
+            "--pid",
+            "999999999",
+            "--duration",
+            "1",
+            "--event",
+            "page-faults",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains("no process with pid 999999999"), "{err}");
+    assert!(out.stdout.is_empty());
+}
+
+#[test]
+fn record_without_permission_says_what_to_do() {
+    // An unprivileged user may not sample a root process (perf_event_paranoid, ptrace).
+    if unsafe { libc::geteuid() } != 0 {
+        return; // needs root to switch to `nobody`; CI runs as root
+    }
+    let mut sleeper = StdCommand::new("sleep").arg("30").spawn().unwrap();
+    let bin = assert_cmd::cargo::cargo_bin("rocsctl");
+    let out = StdCommand::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+        ])
+        .arg(&bin)
+        .args([
+            "record",
+            "--pid",
+            &sleeper.id().to_string(),
+            "--duration",
+            "1",
+            "--event",
+            "page-faults",
+        ])
+        .output()
+        .unwrap();
+    sleeper.kill().ok();
+    sleeper.wait().ok();
+    assert!(!out.status.success());
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains("no permission"), "{err}");
+    assert!(err.contains("CAP_PERFMON") || err.contains("root"), "{err}");
+}
+
+#[test]
+fn record_of_an_idle_process_is_an_error_not_an_empty_profile() {
+    let mut sleeper = StdCommand::new("sleep").arg("30").spawn().unwrap();
+    let out = rocsctl()
+        .args([
+            "record",
+            "--pid",
+            &sleeper.id().to_string(),
+            "--duration",
+            "0.5",
+            "--event",
+            "page-faults",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    sleeper.kill().ok();
+    sleeper.wait().ok();
+    assert!(!out.status.success());
+    assert!(String::from_utf8(out.stderr)
+        .unwrap()
+        .contains("no samples recorded"));
+}

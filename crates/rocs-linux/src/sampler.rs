@@ -1,0 +1,415 @@
+//! Live sampling of a target's memory accesses: `LinuxSampler`, rocs-core's `Sampler`
+//! on perf_event.
+//!
+//! Every thread the target has when sampling starts gets the plan's events on every
+//! online CPU, with `inherit` so that threads (and processes) created later are followed
+//! by the kernel. All events of one CPU write into one mmap ring (PERF_EVENT_IOC_SET_OUTPUT),
+//! drained in place. The sample period is raised when sampling would cost more than the
+//! CPU budget, and lowered again (never below the requested period) when it costs much
+//! less.
+
+use std::collections::HashMap;
+use std::io;
+use std::os::fd::{AsRawFd, RawFd};
+use std::time::{Duration, Instant};
+
+use perf_event::Counter;
+use rocs_core::{MemSample, Pid, SampleLoss, Sampler, SamplingPlan};
+use serde::Serialize;
+use thiserror::Error;
+
+use crate::abi::*;
+use crate::decode::{DecodeError, Decoded, Decoder, EventKind};
+use crate::doctor::{effective_caps, CAP_SYS_ADMIN};
+use crate::events::{explain_open_error, open_event, Target};
+use crate::plan::{EventPlan, EventSpec, PlanKind};
+use crate::record::SampleFormat;
+use crate::ring::Ring;
+use crate::target::{online_cpus, process_alive, threads};
+
+/// Why sampling a target failed.
+#[derive(Debug, Error)]
+pub enum SamplerError {
+    #[error("no process with pid {0} (check the pid: `ps -p {0}`)")]
+    NoSuchProcess(Pid),
+    #[error("{0}")]
+    Open(String),
+    #[error("pid {0} is not being sampled (start it first)")]
+    NotSampling(Pid),
+    #[error("pid {0} is already being sampled")]
+    AlreadySampling(Pid),
+    #[error("live sampling with this plan is not supported: {0}")]
+    Unsupported(String),
+    #[error("mapping the sample ring: {0}")]
+    Ring(io::Error),
+    #[error("a sample record could not be read: {0}")]
+    Corrupt(String),
+}
+
+/// Running totals of one target's sampling, for progress lines and reports.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct SamplingStats {
+    pub samples: u64,
+    pub lost: u64,
+    pub throttled: u64,
+    pub unthrottled: u64,
+    /// Samples without a usable data address.
+    pub without_address: u64,
+    /// Samples of other processes the target started (followed by inherit, not counted).
+    pub other_processes: u64,
+    /// The sample period in use now.
+    pub period: u64,
+    /// How often the CPU budget moved the period.
+    pub period_changes: u64,
+    /// Events opened (threads x CPUs x events).
+    pub events: u64,
+    pub rings: u64,
+}
+
+struct Session {
+    decoder: Decoder,
+    counters: Vec<Counter>,
+    sampling_fds: Vec<RawFd>,
+    rings: Vec<Ring>,
+    requested_period: u64,
+    budget: f64,
+    pending: SampleLoss,
+    stats: SamplingStats,
+    exited: bool,
+    window_start: Instant,
+    window_samples: u64,
+    window_user: Duration,
+}
+
+/// rocs-core's `Sampler` on Linux perf_event, for one event plan.
+pub struct LinuxSampler {
+    plan: EventPlan,
+    sessions: HashMap<Pid, Session>,
+    /// Data pages per ring (a power of two).
+    ring_pages: usize,
+}
+
+/// Estimated kernel-side cost of one sample (interrupt or assist, record write), used
+/// with the measured user-side drain time to keep sampling under the CPU budget.
+fn kernel_cost_per_sample(kind: PlanKind) -> Duration {
+    Duration::from_nanos(match kind {
+        PlanKind::SoftwarePageFaults => 300,
+        PlanKind::IntelLoadRetired | PlanKind::IntelLoadLatency => 700,
+        PlanKind::AmdIbsOp | PlanKind::AmdIbsOpRaw => 2000,
+        PlanKind::ArmSpe => 200,
+    })
+}
+
+/// How often the period is reconsidered.
+const BUDGET_WINDOW: Duration = Duration::from_millis(200);
+
+fn ioctl_period(fd: RawFd, period: u64) -> io::Result<()> {
+    let mut p = period;
+    // SAFETY: PERF_EVENT_IOC_PERIOD reads one u64 through the pointer, which points to a
+    // live local for the duration of the call.
+    let r = unsafe { libc::ioctl(fd, IOC_PERIOD as _, &mut p as *mut u64) };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+fn ioctl_set_output(fd: RawFd, target: RawFd) -> io::Result<()> {
+    // SAFETY: PERF_EVENT_IOC_SET_OUTPUT takes an fd by value; both fds are open perf
+    // events owned by the session.
+    let r = unsafe { libc::ioctl(fd, IOC_SET_OUTPUT as _, target as libc::c_ulong) };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+impl LinuxSampler {
+    pub fn new(plan: EventPlan) -> Self {
+        LinuxSampler {
+            plan,
+            sessions: HashMap::new(),
+            ring_pages: 128,
+        }
+    }
+
+    pub fn plan(&self) -> &EventPlan {
+        &self.plan
+    }
+
+    /// Data pages per ring (default 128 = 512 KiB with 4 KiB pages); rounded up to a
+    /// power of two. Applies to targets started afterwards.
+    pub fn set_ring_pages(&mut self, pages: usize) {
+        self.ring_pages = pages.max(1).next_power_of_two();
+    }
+
+    /// True once the target has exited (seen in an exit record or in /proc).
+    pub fn target_exited(&self, pid: Pid) -> bool {
+        self.sessions.get(&pid).is_none_or(|s| s.exited)
+    }
+
+    pub fn stats(&self, pid: Pid) -> Option<SamplingStats> {
+        self.sessions.get(&pid).map(|s| s.stats)
+    }
+
+    /// Hand every pending sample of `pid` to `f` without collecting them anywhere;
+    /// report what was lost since the previous drain.
+    pub fn drain_with(
+        &mut self,
+        pid: Pid,
+        mut f: impl FnMut(&MemSample),
+    ) -> Result<SampleLoss, SamplerError> {
+        let kind = self.plan.kind;
+        let s = self
+            .sessions
+            .get_mut(&pid)
+            .ok_or(SamplerError::NotSampling(pid))?;
+        let started = Instant::now();
+        let mut corrupt: Option<DecodeError> = None;
+        let mut saw_exit = false;
+        let before = s.stats.samples;
+        for ring in &mut s.rings {
+            let decoder = &s.decoder;
+            let stats = &mut s.stats;
+            let pending = &mut s.pending;
+            ring.drain(|rec| match decoder.decode(rec, Some(pid)) {
+                Ok(Decoded::Sample(m)) => {
+                    stats.samples += 1;
+                    f(&m);
+                }
+                Ok(Decoded::SampleWithoutAddress) => stats.without_address += 1,
+                Ok(Decoded::SampleOfOtherProcess) => stats.other_processes += 1,
+                Ok(Decoded::Lost(n)) => {
+                    stats.lost += n;
+                    pending.lost += n;
+                }
+                Ok(Decoded::Throttle) => {
+                    stats.throttled += 1;
+                    pending.throttled += 1;
+                }
+                Ok(Decoded::Unthrottle) => stats.unthrottled += 1,
+                Ok(Decoded::Exit { pid: p, tid }) if p == pid && tid == pid => saw_exit = true,
+                Ok(_) => {}
+                Err(e) => corrupt = Some(e),
+            });
+        }
+        if saw_exit || !process_alive(pid) {
+            s.exited = true;
+        }
+        s.window_samples += s.stats.samples - before;
+        s.window_user += started.elapsed();
+        let elapsed = s.window_start.elapsed();
+        if elapsed >= BUDGET_WINDOW && s.budget > 0.0 && !s.exited {
+            let cost = kernel_cost_per_sample(kind).as_secs_f64() * s.window_samples as f64
+                + s.window_user.as_secs_f64();
+            let share = cost / elapsed.as_secs_f64();
+            let period = s.stats.period;
+            let new_period = if share > s.budget {
+                ((period as f64 * share / s.budget * 1.25).ceil() as u64).max(period + 1)
+            } else if share < s.budget / 4.0 && period > s.requested_period {
+                (period / 2).max(s.requested_period)
+            } else {
+                period
+            };
+            if new_period != period {
+                for &fd in &s.sampling_fds {
+                    // A thread that just exited may have closed under us; the others
+                    // still take the new period.
+                    let _ = ioctl_period(fd, new_period);
+                }
+                s.stats.period = new_period;
+                s.stats.period_changes += 1;
+            }
+            s.window_start = Instant::now();
+            s.window_samples = 0;
+            s.window_user = Duration::ZERO;
+        }
+        if let Some(e) = corrupt {
+            return Err(SamplerError::Corrupt(format!("{e:?}")));
+        }
+        Ok(std::mem::take(&mut s.pending))
+    }
+
+    fn open_all(&self, pid: Pid, period: u64) -> Result<Session, SamplerError> {
+        let tids = threads(pid).map_err(|_| SamplerError::NoSuchProcess(pid))?;
+        let cpus = online_cpus();
+        let mut decoder = Decoder::new();
+        // One decoder kind per sampling spec, in plan order.
+        let mut kind_of: Vec<Option<usize>> = Vec::new();
+        let mut extra = 0;
+        if self.plan.phys_addr && effective_caps() & (1 << CAP_SYS_ADMIN) != 0 {
+            extra = SAMPLE_PHYS_ADDR;
+        }
+        let wanted_extra = extra;
+        for spec in self.plan.events() {
+            kind_of.push(spec.samples.then(|| {
+                decoder.add_kind(EventKind {
+                    format: SampleFormat::simple(spec.sample_type | extra),
+                    source: spec.source,
+                    drop_kernel_addresses: spec.pmu_type != TYPE_SOFTWARE && !spec.exclude_kernel,
+                })
+            }));
+        }
+        let mut counters = Vec::new();
+        let mut sampling_fds = Vec::new();
+        let mut rings: Vec<Ring> = Vec::new();
+        let mut ring_fd_of_cpu: HashMap<usize, RawFd> = HashMap::new();
+        let mut specs: Vec<EventSpec> = self.plan.events().cloned().collect();
+        let mut first = true;
+        for &tid in &tids {
+            for &cpu in &cpus {
+                let mut spec_index = 0;
+                for group in &self.plan.groups {
+                    let mut leader: Option<Counter> = None;
+                    let mut members = Vec::new();
+                    for _ in group {
+                        let i = spec_index;
+                        spec_index += 1;
+                        let target = Target {
+                            pid: tid as i32,
+                            cpu: Some(cpu),
+                            inherit: true,
+                        };
+                        let open = |spec: &EventSpec, extra: u64, leader: Option<&mut Counter>| {
+                            open_event(spec, target, period, extra, leader)
+                        };
+                        let mut result = open(&specs[i], extra, leader.as_mut());
+                        if first {
+                            // Fall back once, for the whole session, where the kernel
+                            // refuses optional extras: physical addresses, kernel-mode
+                            // faults on user pages.
+                            if result.is_err() && extra != 0 {
+                                extra = 0;
+                                result = open(&specs[i], 0, leader.as_mut());
+                            }
+                            if let Err(e) = &result {
+                                if matches!(
+                                    e.raw_os_error(),
+                                    Some(libc::EACCES) | Some(libc::EPERM)
+                                ) && !specs[i].exclude_kernel
+                                {
+                                    for s in specs.iter_mut() {
+                                        s.exclude_kernel = true;
+                                    }
+                                    result = open(&specs[i], extra, leader.as_mut());
+                                }
+                            }
+                        }
+                        let counter = match result {
+                            Ok(c) => c,
+                            // A thread that exited between the scan and the open.
+                            Err(e) if e.raw_os_error() == Some(libc::ESRCH) && tid != pid => {
+                                break;
+                            }
+                            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {
+                                return Err(SamplerError::NoSuchProcess(pid))
+                            }
+                            Err(e) => {
+                                return Err(SamplerError::Open(explain_open_error(
+                                    &e,
+                                    &format!("`{}` on pid {pid}", specs[i].name),
+                                )))
+                            }
+                        };
+                        first = false;
+                        if let Some(k) = kind_of[i] {
+                            decoder.add_id(counter.id(), k);
+                            let fd = counter.as_raw_fd();
+                            sampling_fds.push(fd);
+                            match ring_fd_of_cpu.get(&cpu) {
+                                Some(&ring_fd) => {
+                                    ioctl_set_output(fd, ring_fd).map_err(SamplerError::Ring)?
+                                }
+                                None => {
+                                    rings.push(
+                                        Ring::map(fd, self.ring_pages)
+                                            .map_err(SamplerError::Ring)?,
+                                    );
+                                    ring_fd_of_cpu.insert(cpu, fd);
+                                }
+                            }
+                        }
+                        if leader.is_none() {
+                            leader = Some(counter);
+                        } else {
+                            members.push(counter);
+                        }
+                    }
+                    counters.extend(leader);
+                    counters.append(&mut members);
+                }
+            }
+        }
+        if extra != wanted_extra {
+            // Physical addresses were refused: the samples carry none.
+            decoder.strip_sample_bits(wanted_extra);
+        }
+        let stats = SamplingStats {
+            period,
+            events: counters.len() as u64,
+            rings: rings.len() as u64,
+            ..Default::default()
+        };
+        Ok(Session {
+            decoder,
+            counters,
+            sampling_fds,
+            rings,
+            requested_period: period,
+            budget: 0.0,
+            pending: SampleLoss::default(),
+            stats,
+            exited: false,
+            window_start: Instant::now(),
+            window_samples: 0,
+            window_user: Duration::ZERO,
+        })
+    }
+}
+
+impl Sampler for LinuxSampler {
+    type Error = SamplerError;
+
+    fn start(&mut self, pid: Pid, plan: &SamplingPlan) -> Result<(), SamplerError> {
+        if self.sessions.contains_key(&pid) {
+            return Err(SamplerError::AlreadySampling(pid));
+        }
+        if let Some(why) = &self.plan.live_unsupported {
+            return Err(SamplerError::Unsupported(why.clone()));
+        }
+        if !process_alive(pid) {
+            return Err(SamplerError::NoSuchProcess(pid));
+        }
+        let period = if plan.period == 0 {
+            self.plan.default_period
+        } else {
+            plan.period.max(self.plan.min_period)
+        };
+        let mut session = self.open_all(pid, period)?;
+        session.budget = plan.cpu_budget;
+        for c in &mut session.counters {
+            c.enable()
+                .map_err(|e| SamplerError::Open(explain_open_error(&e, "enabling the events")))?;
+        }
+        self.sessions.insert(pid, session);
+        Ok(())
+    }
+
+    fn stop(&mut self, pid: Pid) -> Result<(), SamplerError> {
+        let mut s = self
+            .sessions
+            .remove(&pid)
+            .ok_or(SamplerError::NotSampling(pid))?;
+        for c in &mut s.counters {
+            // The target may be gone; its events are closed on drop either way.
+            let _ = c.disable();
+        }
+        Ok(())
+    }
+
+    fn drain(&mut self, pid: Pid, out: &mut Vec<MemSample>) -> Result<SampleLoss, SamplerError> {
+        self.drain_with(pid, |m| out.push(*m))
+    }
+}

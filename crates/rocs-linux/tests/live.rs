@@ -1,0 +1,221 @@
+//! Live sampling and counting on this machine with the software plan (works without a
+//! PMU), and the errors for targets and events that cannot be sampled.
+
+use std::path::PathBuf;
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use rocs_core::{Counters, DataSource, MemSample, Sampler, SamplingPlan};
+use rocs_linux::plan::software_page_fault_plan;
+use rocs_linux::{
+    select_plan, CounterEvents, CountersError, CpuInfo, EventChoice, KernelVersion, LinuxCounters,
+    LinuxSampler, PageTable, PmuInventory, SamplerError,
+};
+
+/// A process that waits, then touches `mib` MiB of fresh memory (dd reading /dev/zero
+/// into its buffer), then exits. Same pid throughout (perl execs dd).
+fn toucher(delay_s: u32, mib: u32) -> Child {
+    Command::new("perl")
+        .arg("-e")
+        .arg(format!(
+            r#"sleep {delay_s}; exec "dd", "if=/dev/zero", "of=/dev/null", "bs={mib}M", "count=2", "status=none""#
+        ))
+        .spawn()
+        .expect("perl runs")
+}
+
+fn sample_until_exit(sampler: &mut LinuxSampler, pid: u32, table: &mut PageTable) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !sampler.target_exited(pid) && Instant::now() < deadline {
+        sampler
+            .drain_with(pid, |s| table.record(s.vaddr, s.source))
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    sampler
+        .drain_with(pid, |s| table.record(s.vaddr, s.source))
+        .unwrap();
+}
+
+#[test]
+fn page_fault_plan_sees_every_page_a_process_touches() {
+    let mut child = toucher(1, 8);
+    let pid = child.id();
+    let mut sampler = LinuxSampler::new(software_page_fault_plan());
+    sampler
+        .start(
+            pid,
+            &SamplingPlan {
+                period: 1,
+                cpu_budget: 1.0,
+            },
+        )
+        .unwrap();
+    let mut table = PageTable::new(12);
+    sample_until_exit(&mut sampler, pid, &mut table);
+    let stats = sampler.stats(pid).unwrap();
+    sampler.stop(pid).unwrap();
+    child.wait().unwrap();
+    // An 8 MiB buffer is 2048 pages, each faulted once; plus the program's own pages.
+    assert!(table.len() >= 2048, "{} pages, {stats:?}", table.len());
+    assert_eq!(stats.lost, 0);
+    assert!(sampler.target_exited(pid));
+    // A contiguous run of >= 2048 pages with one fault each: the buffer.
+    let pages = table.sorted();
+    let mut run = 1;
+    let mut best = 1;
+    for w in pages.windows(2) {
+        run = if w[1].0 .0 == w[0].0 .0 + 1 && w[1].1.other == 1 {
+            run + 1
+        } else {
+            1
+        };
+        best = best.max(run);
+    }
+    assert!(best >= 2000, "longest run of touched pages {best}");
+    assert!(pages.iter().all(|(_, c)| c.hits == 0 && c.misses == 0));
+}
+
+#[test]
+fn threads_created_after_start_are_sampled() {
+    let me = std::process::id();
+    let mut sampler = LinuxSampler::new(software_page_fault_plan());
+    sampler
+        .start(
+            me,
+            &SamplingPlan {
+                period: 1,
+                cpu_budget: 1.0,
+            },
+        )
+        .unwrap();
+    let (tid, range) = std::thread::spawn(|| {
+        // SAFETY: gettid has no preconditions.
+        let tid = unsafe { libc::gettid() } as u32;
+        let mut buf = vec![0u8; 4 << 20];
+        for i in (0..buf.len()).step_by(4096) {
+            buf[i] = 1;
+        }
+        let range = (buf.as_ptr() as u64, buf.as_ptr() as u64 + buf.len() as u64);
+        std::hint::black_box(&buf);
+        (tid, range)
+    })
+    .join()
+    .unwrap();
+    let mut samples: Vec<MemSample> = Vec::new();
+    sampler.drain(me, &mut samples).unwrap();
+    sampler.stop(me).unwrap();
+    let in_buf = samples
+        .iter()
+        .filter(|s| s.tid == tid && s.vaddr >= range.0 && s.vaddr < range.1)
+        .count();
+    assert!(
+        in_buf >= 1000,
+        "{in_buf} samples of the new thread in its buffer"
+    );
+    assert!(samples
+        .iter()
+        .all(|s| s.pid == me && s.source == DataSource::Other));
+}
+
+#[test]
+fn cpu_budget_raises_the_period() {
+    // Allocates and frees 16 MiB 40 times: a steady stream of page faults for a while.
+    let mut child = Command::new("perl")
+        .arg("-e")
+        .arg(r#"for (1..40) { my $x = "a" x (16 << 20); }"#)
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let mut sampler = LinuxSampler::new(software_page_fault_plan());
+    // A budget far below what sampling every fault of 32k pages costs.
+    sampler
+        .start(
+            pid,
+            &SamplingPlan {
+                period: 1,
+                cpu_budget: 1e-5,
+            },
+        )
+        .unwrap();
+    let mut table = PageTable::new(12);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !sampler.target_exited(pid) && Instant::now() < deadline {
+        sampler
+            .drain_with(pid, |s| table.record(s.vaddr, s.source))
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let stats = sampler.stats(pid).unwrap();
+    child.wait().unwrap();
+    assert!(stats.period_changes >= 1 && stats.period > 1, "{stats:?}");
+}
+
+#[test]
+fn missing_processes_and_refused_events_are_clear_errors() {
+    let mut sampler = LinuxSampler::new(software_page_fault_plan());
+    let plan = SamplingPlan {
+        period: 1,
+        cpu_budget: 0.01,
+    };
+    let err = sampler.start(999_999_999, &plan).unwrap_err();
+    assert!(
+        matches!(err, SamplerError::NoSuchProcess(999_999_999)),
+        "{err}"
+    );
+    assert!(err.to_string().contains("no process"));
+    assert!(matches!(
+        sampler.drain(1234, &mut Vec::new()),
+        Err(SamplerError::NotSampling(1234))
+    ));
+
+    // A plan for a CPU with PEBS, on this machine: without a core PMU the kernel refuses.
+    if !PathBuf::from("/sys/bus/event_source/devices/cpu").exists() {
+        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/skylake-sp");
+        let cpu = CpuInfo::parse(&std::fs::read_to_string(dir.join("cpuinfo")).unwrap());
+        let pmus = PmuInventory::read(&dir.join("sys"));
+        let pebs =
+            select_plan(&cpu, &pmus, KernelVersion::new(6, 1, 0), EventChoice::Auto).unwrap();
+        let mut sampler = LinuxSampler::new(pebs);
+        let err = sampler.start(std::process::id(), &plan).unwrap_err();
+        let msg = err.to_string();
+        assert!(matches!(err, SamplerError::Open(_)), "{msg}");
+        assert!(msg.contains("MEM_LOAD_RETIRED"), "{msg}");
+        assert!(
+            msg.contains("doctor") || msg.contains("permission"),
+            "{msg}"
+        );
+    }
+}
+
+#[test]
+fn counting_groups_follow_the_target() {
+    // Software stand-ins open everywhere: task clock must advance while we spin.
+    let me = std::process::id();
+    let mut counters = LinuxCounters::new(CounterEvents::SOFTWARE_STAND_INS);
+    counters.read(me).unwrap();
+    let t0 = Instant::now();
+    let mut x = 0u64;
+    while t0.elapsed() < Duration::from_millis(50) {
+        x = std::hint::black_box(x.wrapping_add(1));
+    }
+    let d = counters.read(me).unwrap();
+    // At least a little of the 50 ms spin ran on a CPU (the machine is shared).
+    assert!(
+        d.instructions >= 1_000_000,
+        "task clock ns {}",
+        d.instructions
+    );
+    assert!(d.time_enabled > 0 && d.time_running > 0);
+    assert!(!d.multiplexed(), "software events are never multiplexed");
+
+    let mut gone = LinuxCounters::default();
+    assert!(matches!(
+        gone.read(999_999_999),
+        Err(CountersError::NoSuchProcess(_))
+    ));
+    if !PathBuf::from("/sys/bus/event_source/devices/cpu").exists() {
+        let err = LinuxCounters::default().read(me).unwrap_err().to_string();
+        assert!(err.contains("does not support"), "{err}");
+    }
+}
