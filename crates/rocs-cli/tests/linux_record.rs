@@ -13,12 +13,24 @@ fn rocsctl() -> Command {
 /// The same run each time: address randomisation off, wait a second (so the recorder is
 /// attached), then dd reads 16 MiB from /dev/zero into a fresh buffer twice. perl execs
 /// dd, so the pid stays the same.
-fn workload() -> Child {
-    StdCommand::new("setarch")
+fn workload(delay_s: u32) -> Child {
+    let child = StdCommand::new("setarch")
         .args(["-R", "perl", "-e"])
-        .arg(r#"sleep 1; exec "dd", "if=/dev/zero", "of=/dev/null", "bs=16M", "count=2", "status=none""#)
+        .arg(format!(
+            r#"sleep {delay_s}; exec "dd", "if=/dev/zero", "of=/dev/null", "bs=16M", "count=2", "status=none""#
+        ))
         .spawn()
-        .expect("setarch and perl run")
+        .expect("setarch and perl run");
+    // Attach only once setarch has become perl and perl has started (its start-up
+    // faults are over), so that both recorders see the same part of the run.
+    let comm = format!("/proc/{}/comm", child.id());
+    let t0 = std::time::Instant::now();
+    while std::fs::read_to_string(&comm).map_or(true, |c| c.trim() != "perl") {
+        assert!(t0.elapsed().as_secs() < 10, "perl did not start");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    child
 }
 
 fn pages_of(json: &Value) -> HashMap<u64, u64> {
@@ -40,7 +52,7 @@ fn live_page_fault_counts_agree_with_perf_record() {
         "this test needs the perf tool (Debian: linux-perf; tests/all.sh installs it)"
     );
     // rocsctl record, following the run to its end.
-    let mut child = workload();
+    let mut child = workload(1);
     let out = rocsctl()
         .args([
             "record",
@@ -70,7 +82,7 @@ fn live_page_fault_counts_agree_with_perf_record() {
     // perf record of the same run, every fault sampled, then perf script's addresses.
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("pf.data");
-    let mut child = workload();
+    let mut child = workload(1);
     let rec = StdCommand::new("perf")
         .args([
             "record",
@@ -121,7 +133,7 @@ fn live_page_fault_counts_agree_with_perf_record() {
 
 #[test]
 fn record_text_and_svg_show_the_pictures() {
-    let mut child = workload();
+    let mut child = workload(2);
     let dir = tempfile::tempdir().unwrap();
     let svg = dir.path().join("p.svg");
     let out = rocsctl()
