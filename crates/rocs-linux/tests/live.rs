@@ -120,34 +120,40 @@ fn threads_created_after_start_are_sampled() {
 
 #[test]
 fn cpu_budget_raises_the_period() {
-    // Allocates and frees 16 MiB 40 times: a steady stream of page faults for a while.
-    let mut child = Command::new("perl")
-        .arg("-e")
-        .arg(r#"for (1..40) { my $x = "a" x (16 << 20); }"#)
-        .spawn()
-        .unwrap();
-    let pid = child.id();
+    // The target is this process: a thread maps, touches and unmaps 8 MiB again and
+    // again for a second, a steady stream of page faults.
+    let me = std::process::id();
     let mut sampler = LinuxSampler::new(software_page_fault_plan());
-    // A budget far below what sampling every fault of 32k pages costs.
+    // A budget far below what sampling every one of those faults costs.
     sampler
         .start(
-            pid,
+            me,
             &SamplingPlan {
                 period: 1,
                 cpu_budget: 1e-5,
             },
         )
         .unwrap();
+    let worker = std::thread::spawn(|| {
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_millis(1200) {
+            let mut buf = vec![0u8; 8 << 20];
+            for i in (0..buf.len()).step_by(4096) {
+                buf[i] = 1;
+            }
+            std::hint::black_box(&buf);
+        }
+    });
     let mut table = PageTable::new(12);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !sampler.target_exited(pid) && Instant::now() < deadline {
+    while !worker.is_finished() {
         sampler
-            .drain_with(pid, |s| table.record(s.vaddr, s.source))
+            .drain_with(me, |s| table.record(s.vaddr, s.source))
             .unwrap();
-        std::thread::sleep(Duration::from_millis(100));
+        std::thread::sleep(Duration::from_millis(50));
     }
-    let stats = sampler.stats(pid).unwrap();
-    child.wait().unwrap();
+    worker.join().unwrap();
+    let stats = sampler.stats(me).unwrap();
+    sampler.stop(me).unwrap();
     assert!(stats.period_changes >= 1 && stats.period > 1, "{stats:?}");
 }
 
