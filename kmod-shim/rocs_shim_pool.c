@@ -19,6 +19,9 @@
  * pageblocks (and CMA), and never retry hard or warn: a short pool is a per-page ENOMEM.
  * Frames come from the pool's node only. */
 #define ROCS_GFP (GFP_HIGHUSER | __GFP_NOWARN | __GFP_NORETRY | __GFP_THISNODE)
+/* Blocks only from what is free now: no direct compaction or reclaim for them (kswapd may
+ * still be woken). Without a block, single frames do. */
+#define ROCS_GFP_BLOCK (ROCS_GFP & ~__GFP_DIRECT_RECLAIM)
 
 /* Bounded work per frame asked for; beyond it the request gets ENOMEM. */
 #define ROCS_BLOCK_TRIES 4
@@ -127,7 +130,7 @@ struct page *rocs_pool_take(struct rocs_pool *pool, const unsigned long *wanted,
 	}
 
 	for (tries = 0; tries < ROCS_BLOCK_TRIES; tries++) {
-		block = alloc_pages_node(pool->nid, ROCS_GFP, order);
+		block = alloc_pages_node(pool->nid, ROCS_GFP_BLOCK, order);
 		if (!block)
 			break;
 		pool->allocated += 1UL << order;
@@ -180,7 +183,7 @@ bool rocs_pool_fill(struct rocs_pool *pool, const unsigned long *wanted,
 
 		if (blocks == max_blocks)
 			return true;
-		block = alloc_pages_node(pool->nid, ROCS_GFP, order);
+		block = alloc_pages_node(pool->nid, ROCS_GFP_BLOCK, order);
 		if (!block)
 			return false;
 		pool->allocated += 1UL << order;
