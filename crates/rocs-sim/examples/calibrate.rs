@@ -62,7 +62,12 @@ fn main() {
                 Some((a, b)) => (a.parse::<usize>().unwrap(), b),
                 None => (0, spec.as_str()),
             };
-            let pages = m.region_pages(pids[pi], region).unwrap();
+            let (region, pct) = match region.split_once('%') {
+                Some((r, p)) => (r, p.parse::<usize>().unwrap()),
+                None => (region, 100),
+            };
+            let mut pages = m.region_pages(pids[pi], region).unwrap();
+            pages.truncate(pages.len() * pct / 100);
             let res = m.migrate(pids[pi], &pages, Placement::Pollute).unwrap();
             assert!(res.iter().all(|r| r.is_ok()));
         }
