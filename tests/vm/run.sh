@@ -112,9 +112,19 @@ passed=$(grep -c '^ok ' "$LOG" || true)
 failed=$(grep -c '^not ok ' "$LOG" || true)
 bad=0
 if [ "$qemu_rc" -eq 124 ]; then echo "tests/vm: the guest did not finish within ${TIMEOUT}s" >&2; bad=1; fi
-if ! grep -q '^ROCS-SUITE-EXIT' "$LOG"; then
+planned=$(tr -d '\r' <"$LOG" | sed -n 's/^1\.\.\([0-9][0-9]*\)$/\1/p' | head -n 1)
+suite_rc=$(tr -d '\r' <"$LOG" | sed -n 's/^ROCS-SUITE-EXIT \([0-9][0-9]*\)$/\1/p' | head -n 1)
+if [ -z "$suite_rc" ]; then
     echo "tests/vm: the suite did not run to its end; last console lines:" >&2
     tail -n 40 "$LOG" >&2
+    bad=1
+elif [ "$suite_rc" -gt 1 ]; then
+    # 0: all passed, 1: some failed (counted below); anything else: it crashed.
+    echo "tests/vm: the guest test program died (exit status $suite_rc)" >&2
+    bad=1
+fi
+if [ -z "$planned" ] || [ $((passed + failed)) -ne "$planned" ]; then
+    echo "tests/vm: ${planned:-?} results planned, $((passed + failed)) reported" >&2
     bad=1
 fi
 # The kernel's own reports of trouble, anywhere in the guest's log.

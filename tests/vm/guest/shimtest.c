@@ -405,6 +405,46 @@ static void test_numa_inner(void)
 	free(addrs);
 }
 
+/* Addresses out of order, repeated, and across two mappings in one call. */
+static void test_order(void)
+{
+	uint64_t *a = mmap(NULL, 8 * PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	char *b = (char *)a + 4 * PAGE;
+	uint64_t addrs[8];
+	int32_t status[8];
+	size_t i;
+
+	CHECK(a != MAP_FAILED, "mmap");
+	for (i = 0; i < 4 * PAGE / 8; i++)
+		a[i] = 0xa ^ (i * 0x9E3779B97F4A7C15ULL);
+	/* Other protections on the second half: two VMAs, side by side. */
+	CHECK(mprotect(b, 4 * PAGE, PROT_READ) == 0, "mprotect");
+	for (i = 0; i < 4; i++)
+		(void)((volatile char *)b)[i * PAGE]; /* a read fault maps the zero page */
+	addrs[0] = (uintptr_t)a + 2 * PAGE;
+	addrs[1] = (uintptr_t)a;
+	addrs[2] = (uintptr_t)a + 2 * PAGE;
+	addrs[3] = (uintptr_t)a + 3 * PAGE;
+	addrs[4] = (uintptr_t)b + PAGE;
+	addrs[5] = (uintptr_t)a + 1 * PAGE;
+	addrs[6] = (uintptr_t)a + 3 * PAGE;
+	addrs[7] = (uintptr_t)a;
+	CHECK(shim_pages(shim, 0, addrs, 8, ROCS_SHIM_POLLUTE, status, NULL) == 0, "MIGRATE");
+	for (i = 0; i < 8; i++) {
+		if (i == 4) {
+			CHECK(status[i] == -ENOENT, "zero page in the second mapping: %d", status[i]);
+			continue;
+		}
+		CHECK(is_pollute(status[i]), "entry %zu: %d", i, status[i]);
+		CHECK(status[i] == pfn_colour(pagemap_pfn(0, addrs[i])), "entry %zu: status %d, pagemap %d",
+		      i, status[i], pfn_colour(pagemap_pfn(0, addrs[i])));
+	}
+	CHECK(status[0] == status[2] && status[1] == status[7] && status[3] == status[6],
+	      "repeated addresses got different answers");
+	CHECK(pattern_broken(a, 4, 0xa) < 0, "data changed");
+	munmap(a, 8 * PAGE);
+}
+
 static void test_query(void)
 {
 	int32_t status[4];
@@ -1245,6 +1285,7 @@ static const struct {
 	{ "pollute", test_pollute },
 	{ "restore", test_restore },
 	{ "numa", test_numa },
+	{ "order", test_order },
 	{ "query", test_query },
 	{ "writer", test_writer },
 	{ "vanish", test_target_vanishes },
@@ -1281,6 +1322,14 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	module_path = argv[1];
+	/* The plan: how many result lines to expect (load, then each selected test). */
+	{
+		int planned = 1;
+
+		for (t = 0; t < sizeof(tests) / sizeof(tests[0]); t++)
+			planned += wanted(tests[t].name, argc, argv);
+		printf("1..%d\n", planned);
+	}
 	fd = open(module_path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0 || syscall(SYS_finit_module, fd, "colours=64 pool_limit=4096", 0)) {
 		printf("not ok - load: %s: %s\n", module_path, strerror(errno));
