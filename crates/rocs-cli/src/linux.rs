@@ -11,8 +11,8 @@ use rocs_linux::doctor::{self, Status};
 use rocs_linux::geometry::{detect_geometry, page_size};
 use rocs_linux::plan::software_page_fault_plan;
 use rocs_linux::{
-    select_plan, CpuInfo, EventChoice, KernelVersion, LinuxSampler, PageTable, PmuInventory,
-    SamplingStats,
+    read_perf_data, select_plan, CpuInfo, EventChoice, ImportSummary, KernelVersion, LinuxSampler,
+    PageTable, PmuInventory, SamplingStats,
 };
 use serde::Serialize;
 
@@ -62,6 +62,19 @@ pub enum LinuxCommand {
         #[arg(long)]
         svg: Option<PathBuf>,
     },
+    /// Read a perf.data file (`perf record -d`, `perf mem record`) into a page profile.
+    Profile {
+        #[arg(long = "perf-data")]
+        perf_data: PathBuf,
+        /// Keep only this process's samples.
+        #[arg(long)]
+        pid: Option<u32>,
+        #[arg(long, conflicts_with = "svg")]
+        json: bool,
+        /// Write the pictures to this SVG file.
+        #[arg(long)]
+        svg: Option<PathBuf>,
+    },
 }
 
 pub fn run(cmd: LinuxCommand) -> anyhow::Result<ExitCode> {
@@ -77,6 +90,12 @@ pub fn run(cmd: LinuxCommand) -> anyhow::Result<ExitCode> {
             json,
             svg,
         } => record_cmd(pid, duration, event, period, cpu_budget, json, svg),
+        LinuxCommand::Profile {
+            perf_data,
+            pid,
+            json,
+            svg,
+        } => profile_cmd(&perf_data, pid, json, svg),
     }
 }
 
@@ -169,6 +188,8 @@ pub struct ProfileOut {
     pub pages: Vec<PageOut>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sampling: Option<SamplingStats>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub import: Option<ImportSummary>,
 }
 
 pub fn profile_out(table: &PageTable, source: String, measures_llc: bool) -> ProfileOut {
@@ -190,6 +211,7 @@ pub fn profile_out(table: &PageTable, source: String, measures_llc: bool) -> Pro
         page_size: 1 << table.page_shift(),
         pages,
         sampling: None,
+        import: None,
     }
 }
 
@@ -370,5 +392,35 @@ fn record_cmd(
             return Ok(ExitCode::from(2));
         }
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn profile_cmd(
+    path: &Path,
+    pid: Option<u32>,
+    json: bool,
+    svg: Option<PathBuf>,
+) -> anyhow::Result<ExitCode> {
+    let (table, summary) = read_perf_data(path, pid, page_size().trailing_zeros())?;
+    let measures_llc = summary.has_data_source;
+    let what = if measures_llc {
+        "samples with data sources"
+    } else {
+        "samples without data sources (no LLC hit/miss information)"
+    };
+    let filter = pid.map(|p| format!(", pid {p}")).unwrap_or_default();
+    let mut out = profile_out(
+        &table,
+        format!("{}{filter}: {what}", path.display()),
+        measures_llc,
+    );
+    if !json && (summary.without_address > 0 || summary.lost > 0) {
+        eprintln!(
+            "rocsctl: note: {} samples without a data address were left out; {} samples were lost while recording",
+            summary.without_address, summary.lost
+        );
+    }
+    out.import = Some(summary);
+    emit_profile(&table, out, json, svg.as_deref())?;
     Ok(ExitCode::SUCCESS)
 }

@@ -173,6 +173,16 @@ impl PageTable {
     }
 }
 
+impl std::fmt::Debug for PageTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PageTable")
+            .field("pages", &self.len)
+            .field("samples_total", &self.samples_total)
+            .field("page_shift", &self.page_shift)
+            .finish()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
