@@ -91,6 +91,11 @@ EOF
 chmod +x "$INITRD_ROOT/init"
 (cd "$INITRD_ROOT" && find . | cpio -o -H newc --quiet | gzip -1 >"$WORK/initramfs.gz")
 
+# The stock kernel's run-time checkers: freed pages are poisoned and checked when handed
+# out again (a write to a frame after it was freed is reported), slab objects get red
+# zones and poison.
+DEBUG_ARGS="page_poison=1 slub_debug=FZPU"
+
 # --- boot: two NUMA nodes (the move_pages comparison), serial console to a file ---------
 LOG=$WORK/console.log
 say "booting (qemu -accel tcg, timeout ${TIMEOUT}s)"
@@ -100,7 +105,7 @@ timeout "$TIMEOUT" qemu-system-x86_64 -accel tcg -cpu max -m 1G -smp 2,sockets=2
     -object memory-backend-ram,id=m0,size=512M -object memory-backend-ram,id=m1,size=512M \
     -numa node,nodeid=0,cpus=0,memdev=m0 -numa node,nodeid=1,cpus=1,memdev=m1 \
     -kernel "/boot/vmlinuz-$KVER" -initrd "$WORK/initramfs.gz" \
-    -append "console=ttyS0,115200 loglevel=5 panic=-1 mitigations=off transparent_hugepage=madvise" \
+    -append "console=ttyS0,115200 loglevel=5 panic=-1 mitigations=off transparent_hugepage=madvise $DEBUG_ARGS" \
     -display none -monitor none -serial "file:$LOG" -no-reboot
 qemu_rc=$?
 set -e
@@ -128,7 +133,7 @@ if [ -z "$planned" ] || [ $((passed + failed)) -ne "$planned" ]; then
     bad=1
 fi
 # The kernel's own reports of trouble, anywhere in the guest's log.
-if grep -nE 'WARNING:|BUG:|Oops|general protection fault|Kernel panic|KASAN|UBSAN|KFENCE|Call Trace|list_(add|del) corruption|Bad page (state|map)|soft lockup|hung_task|stall' "$LOG" >"$WORK/kernel-trouble.txt"; then
+if grep -nE 'WARNING:|BUG[: ]|Oops|general protection fault|Kernel panic|KASAN|UBSAN|KFENCE|Call Trace|list_(add|del) corruption|Bad page (state|map)|memory corruption|Poison overwritten|Redzone|soft lockup|hung_task|stall' "$LOG" >"$WORK/kernel-trouble.txt"; then
     echo "tests/vm: the guest kernel reported trouble:" >&2
     head -n 60 "$WORK/kernel-trouble.txt" >&2
     bad=1

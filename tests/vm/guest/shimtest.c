@@ -1212,7 +1212,8 @@ static void test_throughput_inner(void)
 		double r_cold = n_cold / t_cold;
 
 		printf("# throughput: MIGRATE %.0f pages/s (stash kept filled), move_pages(2) %.0f "
-		       "pages/s between nodes, ratio %.2f (%d pages; 4 and 2 passes; TCG guest)\n",
+		       "pages/s between nodes, ratio %.2f (%d pages; 4 and 2 passes; TCG guest, "
+		       "page_poison=1)\n",
 		       r_shim, r_move, r_shim / r_move, BENCH_PAGES);
 		printf("# throughput: MIGRATE to Pollute with the pollute stash empty %.0f pages/s, "
 		       "ratio %.2f; PREFILL (2 nodes, background) took %.2fs, top-ups %.2fs\n",
