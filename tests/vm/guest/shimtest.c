@@ -1025,6 +1025,49 @@ static uint64_t rnd(void)
 	return rng_state;
 }
 
+/* Alongside the fuzzing: valid reconfigurations (with and without the background fill)
+ * and migrations of this thread's own pages, so the paths meet under the module's lock. */
+struct churn {
+	atomic_int stop;
+	unsigned long configs, migrations, errors;
+	uint64_t *mem;
+};
+
+static void *churn_main(void *arg)
+{
+	struct churn *c = arg;
+	uint64_t state = 0x9e3779b97f4a7c15ULL, addrs[32];
+	int32_t status[32];
+	unsigned int i;
+
+	for (i = 0; i < 32; i++)
+		addrs[i] = (uintptr_t)c->mem + i * PAGE;
+	while (!atomic_load(&c->stop) && c->configs < 16) {
+		unsigned int colours, k;
+		uint64_t mask;
+
+		state ^= state << 13;
+		state ^= state >> 7;
+		state ^= state << 17;
+		colours = 2u << (state % 4);	/* 2..16 */
+		mask = (state >> 8) & ((colours == 64 ? 0 : 1ULL << colours) - 1);
+		if (!mask)
+			mask = 1;
+		if (mask == (colours == 64 ? ~0ULL : (1ULL << colours) - 1))
+			mask &= ~1ULL;
+		if (raw_config(colours, (state >> 40) & 1, (state >> 41) % 256, mask, 0))
+			c->errors++;
+		c->configs++;
+		for (k = 0; k < 4; k++) {
+			if (shim_pages(shim, 0, addrs, 32, k % 2 ? ROCS_SHIM_RESTORE : ROCS_SHIM_POLLUTE,
+				       status, NULL))
+				c->errors++;
+			c->migrations++;
+		}
+	}
+	return NULL;
+}
+
 static void test_fuzz(void)
 {
 	static const unsigned long cmds[] = { ROCS_SHIM_IOC_INFO, ROCS_SHIM_IOC_CONFIGURE,
@@ -1040,7 +1083,13 @@ static void test_fuzz(void)
 	unsigned long i, calls = 0, errors[5] = { 0 };
 	const int known[] = { EINVAL, EFAULT, ENOTTY, ESRCH, ENOMEM };
 
+	struct churn churn = { 0 };
+	pthread_t churner;
+
 	CHECK(mem, "mmap");
+	churn.mem = anon_pages(32, 0xc4);
+	CHECK(churn.mem, "mmap");
+	CHECK(pthread_create(&churner, NULL, churn_main, &churn) == 0, "pthread_create");
 	for (i = 0; i < 20000; i++) {
 		unsigned long cmd;
 		size_t w;
@@ -1087,6 +1136,14 @@ static void test_fuzz(void)
 			;
 		CHECK(k < 5, "ioctl %#lx: unexpected errno %d", cmd, rc);
 	}
+	atomic_store(&churn.stop, 1);
+	pthread_join(churner, NULL);
+	printf("# fuzz: alongside, %lu reconfigurations and %lu migrations, %lu failed\n",
+	       churn.configs, churn.migrations, churn.errors);
+	CHECK(churn.errors == 0, "%lu valid CONFIGURE/MIGRATE calls failed", churn.errors);
+	CHECK(churn.configs > 10, "only %lu reconfigurations ran alongside", churn.configs);
+	CHECK(pattern_broken(churn.mem, 32, 0xc4) < 0, "migrations alongside changed data");
+	munmap(churn.mem, 32 * PAGE);
 	CHECK(pattern_broken(mem, 64, 77) < 0, "fuzzed migrations changed data");
 	printf("# fuzz: %lu ioctls: EINVAL %lu EFAULT %lu ENOTTY %lu ESRCH %lu ENOMEM %lu\n", calls,
 	       errors[0], errors[1], errors[2], errors[3], errors[4]);
@@ -1236,6 +1293,13 @@ static void test_unload(void)
 
 	stash_settle();
 	CHECK(shim_stats(&st) == 0, "STATS");
+	if (st.pool_frames < 1024) {
+		/* Run on its own, after a configuration without a stash: give it one. */
+		CHECK(raw_config(COLOURS, ROCS_SHIM_CONFIG_PREFILL, POOL_LIMIT, POLLUTE_MASK, 0) == 0,
+		      "CONFIGURE");
+		stash_settle();
+		CHECK(shim_stats(&st) == 0, "STATS");
+	}
 	for (c = 0; c < st.colours; c++)
 		sum += st.held_by_colour[c];
 	CHECK(sum == (long)st.pool_frames, "held by colour %ld, pool %llu", sum,
