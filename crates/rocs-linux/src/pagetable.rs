@@ -24,6 +24,9 @@ pub struct PageTable {
     len: usize,
     page_shift: u32,
     samples_total: u64,
+    /// The slot of the page counted last: samples come in runs on one page (a scan
+    /// touches a page many times in a row), so it is checked before hashing.
+    last: usize,
 }
 
 #[inline(always)]
@@ -41,6 +44,7 @@ impl PageTable {
             len: 0,
             page_shift,
             samples_total: 0,
+            last: 0,
         }
     }
 
@@ -54,10 +58,16 @@ impl PageTable {
         let key = (vaddr >> self.page_shift) + 1;
         let (lo, hi) = (key as u32, (key >> 32) as u32);
         let cap = self.slots.len();
-        let mut i = index(key, cap);
+        let last = &self.slots[self.last];
+        let mut i = if last.key_lo == lo && last.key_hi == hi {
+            self.last
+        } else {
+            index(key, cap)
+        };
         loop {
             let s = &mut self.slots[i];
             if s.key_lo == lo && s.key_hi == hi {
+                self.last = i;
                 let c = match source {
                     DataSource::LlcHit => &mut s.hits,
                     DataSource::LlcMiss => &mut s.misses,
@@ -80,6 +90,7 @@ impl PageTable {
             self.grow();
             return self.record(vaddr, source);
         }
+        self.last = i;
         let s = &mut self.slots[i];
         s.key_lo = lo;
         s.key_hi = hi;
@@ -96,6 +107,7 @@ impl PageTable {
     fn grow(&mut self) {
         let new_cap = self.slots.len() * 11 / 8;
         let old = std::mem::replace(&mut self.slots, vec![Slot::default(); new_cap]);
+        self.last = 0;
         for s in old.into_iter().filter(|s| s.key_lo != 0 || s.key_hi != 0) {
             let key = s.key_lo as u64 | (s.key_hi as u64) << 32;
             let mut i = index(key, new_cap);
@@ -168,6 +180,7 @@ impl PageTable {
 
     pub fn clear(&mut self) {
         self.slots.iter_mut().for_each(|s| *s = Slot::default());
+        self.last = 0;
         self.len = 0;
         self.samples_total = 0;
     }
