@@ -77,14 +77,6 @@ pub const CAP_SYS_PTRACE: u32 = 19;
 pub const CAP_SYS_ADMIN: u32 = 21;
 pub const CAP_PERFMON: u32 = 38;
 
-/// Version of the shim's ABI when its device exists; `None` when not loaded. The shim
-/// client (crate::shim) owns the query; until it offers one this reports presence only.
-fn shim_state() -> Option<String> {
-    Path::new("/dev/rocs_shim")
-        .exists()
-        .then(|| "present (ABI version query: see `rocsctl` shim commands)".to_string())
-}
-
 /// Try opening one spec on this process, counting only (no ring), to see if the PMU takes it.
 fn try_open(spec: &EventSpec, period: u64) -> Result<(), String> {
     open_event(
@@ -313,14 +305,36 @@ pub fn run(sys_root: &Path) -> DoctorReport {
         None => check("thp", Status::Info, "transparent huge pages: not available", None),
     });
 
-    checks.push(match shim_state() {
-        Some(s) => check("shim", Status::Yes, format!("/dev/rocs_shim {s}"), None),
-        None => check(
+    let shim = crate::shim::probe();
+    checks.push(if shim.usable {
+        check(
+            "shim",
+            Status::Yes,
+            format!(
+                "{} loaded, ABI version {}",
+                crate::shim::DEVICE,
+                shim.abi_version.map_or("?".into(), |v| v.to_string())
+            ),
+            None,
+        )
+    } else if !shim.loaded {
+        check(
             "shim",
             Status::No,
             "not loaded (/dev/rocs_shim is absent): pages can be profiled but not moved",
-            Some("build and load the module: `make -C kmod-shim && insmod kmod-shim/rocs_shim.ko` (or `dkms install`)".into()),
-        ),
+            Some(shim.what_to_do),
+        )
+    } else {
+        check(
+            "shim",
+            Status::No,
+            format!(
+                "loaded but not usable{}",
+                shim.abi_version
+                    .map_or(String::new(), |v| format!(" (ABI version {v})"))
+            ),
+            Some(shim.what_to_do),
+        )
     });
 
     match detect_geometry(sys_root, &cpu, page_size(), None) {
