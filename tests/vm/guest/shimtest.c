@@ -468,61 +468,95 @@ static void test_query(void)
 	munmap(untouched, PAGE);
 }
 
-/* A thread writes a sequence over the pages while they move back and forth. */
+/*
+ * A writer (a thread of this process, or another process: the daemon's case) writes a
+ * sequence over the pages while they move back and forth. Every write first reads the
+ * slot and checks it still holds the value written one round earlier; at the end every
+ * slot must hold the last value written to it.
+ */
 #define WRITER_PAGES 64
 #define WRITER_SLOTS (WRITER_PAGES * PAGE / 8)
 #define WRITER_MIGRATIONS 10000
 
+/* Lives in a MAP_SHARED page, so a writer process can report back. */
 struct writer {
-	volatile uint64_t *slot;
+	volatile uint64_t *slot;	/* in the writer's address space */
+	atomic_int ready;
 	atomic_int stop;
 	uint64_t last;		/* last sequence number written */
 	uint64_t mismatches;	/* reads that did not see the previous round's value */
 	uint64_t first_bad;
+	uint64_t wrong_slots;	/* slots not holding their last value at the end */
+	uint64_t first_wrong;
 };
 
 static void *writer_main(void *arg)
 {
 	struct writer *w = arg;
-	uint64_t s;
+	uint64_t s, i;
 
+	atomic_store(&w->ready, 1);
 	for (s = 1; !atomic_load_explicit(&w->stop, memory_order_relaxed); s++) {
-		uint64_t i = s % WRITER_SLOTS;
-		uint64_t expect = s >= WRITER_SLOTS ? s - WRITER_SLOTS : 0;
+		uint64_t expect;
 
+		i = s % WRITER_SLOTS;
+		expect = s >= WRITER_SLOTS ? s - WRITER_SLOTS : 0;
 		if (w->slot[i] != expect && !w->mismatches++)
 			w->first_bad = s;
 		w->slot[i] = s;
 	}
 	w->last = s - 1;
+	for (i = 0; i < WRITER_SLOTS; i++) {
+		uint64_t expect = w->last >= i ? i + ((w->last - i) / WRITER_SLOTS) * WRITER_SLOTS : 0;
+
+		if (w->slot[i] != expect && !w->wrong_slots++)
+			w->first_wrong = i;
+	}
 	return NULL;
 }
 
-static void test_writer(void)
+static void writer_run(bool other_process)
 {
-	struct writer w = { 0 };
+	struct writer *w = mmap(NULL, PAGE, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	pthread_t thread;
+	pid_t pid = 0;
 	int32_t status[WRITER_PAGES];
 	uint64_t *addrs, total = 0, busy = 0, rounds = 0, i, bad = 0;
-	void *buf = mmap(NULL, WRITER_PAGES * PAGE, PROT_READ | PROT_WRITE,
-			 MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+	void *buf;
 	double t0;
+	int rc = 0, st = 0;
 
-	CHECK(buf != MAP_FAILED, "mmap");
-	w.slot = buf;
-	addrs = addrs_of(buf, WRITER_PAGES);
-	CHECK(pthread_create(&thread, NULL, writer_main, &w) == 0, "pthread_create");
-	t0 = now();
-	while (total < WRITER_MIGRATIONS) {
-		uint64_t moved = 0;
-		int rc = shim_pages(shim, 0, addrs, WRITER_PAGES,
-				    rounds % 2 ? ROCS_SHIM_RESTORE : ROCS_SHIM_POLLUTE, status, &moved);
-
-		if (rc) {
-			atomic_store(&w.stop, 1);
-			pthread_join(thread, NULL);
-			CHECK(0, "MIGRATE round %llu: %s", (unsigned long long)rounds, strerror(-rc));
+	CHECK(w != MAP_FAILED, "mmap");
+	if (other_process) {
+		pid = fork();
+		CHECK(pid >= 0, "fork");
+		if (pid == 0) {
+			buf = mmap(NULL, WRITER_PAGES * PAGE, PROT_READ | PROT_WRITE,
+				   MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+			if (buf == MAP_FAILED)
+				_exit(1);
+			w->slot = buf;
+			writer_main(w);
+			_exit(0);
 		}
+	} else {
+		buf = mmap(NULL, WRITER_PAGES * PAGE, PROT_READ | PROT_WRITE,
+			   MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+		CHECK(buf != MAP_FAILED, "mmap");
+		w->slot = buf;
+		CHECK(pthread_create(&thread, NULL, writer_main, w) == 0, "pthread_create");
+	}
+	for (i = 0; i < 1000 && !atomic_load(&w->ready); i++)
+		usleep(10000);
+	addrs = addrs_of((const void *)w->slot, WRITER_PAGES);
+	t0 = now();
+	while (atomic_load(&w->ready) && total < WRITER_MIGRATIONS) {
+		uint64_t moved = 0;
+
+		rc = shim_pages(shim, pid, addrs, WRITER_PAGES,
+				rounds % 2 ? ROCS_SHIM_RESTORE : ROCS_SHIM_POLLUTE, status, &moved);
+		if (rc)
+			break;
 		for (i = 0; i < WRITER_PAGES; i++) {
 			if (status[i] == -EBUSY)
 				busy++;
@@ -532,26 +566,39 @@ static void test_writer(void)
 		total += moved;
 		rounds++;
 	}
-	atomic_store(&w.stop, 1);
-	pthread_join(thread, NULL);
-	printf("# writer: %llu page migrations in %llu calls, %.2fs, %llu writes, %llu busy\n",
-	       (unsigned long long)total, (unsigned long long)rounds, now() - t0,
-	       (unsigned long long)w.last, (unsigned long long)busy);
-	CHECK(bad == 0, "%llu statuses neither a wanted colour nor EBUSY", (unsigned long long)bad);
-	CHECK(w.mismatches == 0, "%llu writes lost (first at sequence %llu)",
-	      (unsigned long long)w.mismatches, (unsigned long long)w.first_bad);
-	CHECK(w.last > 2 * WRITER_SLOTS, "the writer wrote only %llu values",
-	      (unsigned long long)w.last);
-	/* Every slot holds the last value written to it. */
-	for (i = 0; i < WRITER_SLOTS; i++) {
-		uint64_t expect = w.last >= i ? i + ((w.last - i) / WRITER_SLOTS) * WRITER_SLOTS : 0;
-
-		CHECK(w.slot[i] == expect, "slot %llu holds %llu, expected %llu",
-		      (unsigned long long)i, (unsigned long long)w.slot[i],
-		      (unsigned long long)expect);
-	}
-	munmap(buf, WRITER_PAGES * PAGE);
+	atomic_store(&w->stop, 1);
+	if (other_process)
+		waitpid(pid, &st, 0);
+	else
+		pthread_join(thread, NULL);
 	free(addrs);
+	printf("# writer (%s): %llu page migrations in %llu calls, %.2fs, %llu writes, %llu busy\n",
+	       other_process ? "another process" : "a thread", (unsigned long long)total,
+	       (unsigned long long)rounds, now() - t0, (unsigned long long)w->last,
+	       (unsigned long long)busy);
+	CHECK(rc == 0, "MIGRATE round %llu: %s", (unsigned long long)rounds, strerror(-rc));
+	CHECK(!other_process || (WIFEXITED(st) && WEXITSTATUS(st) == 0), "the writer died");
+	CHECK(total >= WRITER_MIGRATIONS, "only %llu migrations", (unsigned long long)total);
+	CHECK(bad == 0, "%llu statuses neither a wanted colour nor EBUSY", (unsigned long long)bad);
+	CHECK(w->mismatches == 0, "%llu writes lost (first at sequence %llu)",
+	      (unsigned long long)w->mismatches, (unsigned long long)w->first_bad);
+	CHECK(w->wrong_slots == 0, "%llu slots lost their last value (first: slot %llu)",
+	      (unsigned long long)w->wrong_slots, (unsigned long long)w->first_wrong);
+	CHECK(w->last > 2 * WRITER_SLOTS, "the writer wrote only %llu values",
+	      (unsigned long long)w->last);
+	if (!other_process)
+		munmap((void *)w->slot, WRITER_PAGES * PAGE);
+	munmap(w, PAGE);
+}
+
+static void test_writer(void)
+{
+	writer_run(false);
+}
+
+static void test_writer_process(void)
+{
+	writer_run(true);
 }
 
 /* The target exits, or unmaps the range, while MIGRATE works on it. */
@@ -1353,6 +1400,7 @@ static const struct {
 	{ "order", test_order },
 	{ "query", test_query },
 	{ "writer", test_writer },
+	{ "writer-process", test_writer_process },
 	{ "vanish", test_target_vanishes },
 	{ "thp", test_thp },
 	{ "kinds", test_kinds },
