@@ -359,3 +359,64 @@ pub fn profile_svg(profile: &PageProfile, stack: &MissRateStack, title: &str) ->
     out.push_str("</svg>\n");
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rocs_core::DataSource::*;
+
+    /// Pages 0..10 with miss rate i/10 (10 samples each), page 100 with only `Other`.
+    fn profile() -> PageProfile {
+        let mut p = PageProfile::new(12);
+        for page in 0..10u64 {
+            for k in 0..10 {
+                p.record(page << 12, if k < page { LlcMiss } else { LlcHit });
+            }
+        }
+        p.record(100 << 12, Other);
+        p
+    }
+
+    #[test]
+    fn histogram_puts_each_page_in_its_miss_rate_bin() {
+        let stack = MissRateStack::from_profile(&profile());
+        assert_eq!(histogram_bins(&stack, 10), vec![1; 10]);
+        assert_eq!(histogram_bins(&stack, 2), vec![5, 5]);
+        let text = histogram_text(&stack, 10, 20);
+        assert_eq!(text.lines().count(), 11, "{text}");
+        assert!(text.contains("10 pages with LLC samples"));
+        let empty = histogram_text(&MissRateStack::default(), 10, 20);
+        assert!(empty.contains("no data source"));
+    }
+
+    #[test]
+    fn address_map_compacts_and_marks_gaps() {
+        let p = profile();
+        let cols = address_map_columns(&p, 100);
+        assert_eq!(cols.len(), 11, "one column per page when they fit");
+        assert!(cols[10].gap_before && !cols[5].gap_before);
+        assert_eq!(cols[3].counts.misses, 3);
+        let narrow = address_map_columns(&p, 4);
+        assert_eq!(narrow.len(), 4);
+        assert_eq!(
+            narrow.iter().map(|c| c.counts.samples()).sum::<u64>(),
+            p.samples_total()
+        );
+        let text = address_map_text(&p, 100, 4);
+        assert!(
+            text.contains("miss %") && text.contains("0x0 .. 0x64fff"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn svg_is_one_document_with_both_figures() {
+        let p = profile();
+        let svg = profile_svg(&p, &MissRateStack::from_profile(&p), "t <&> 1");
+        assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+        assert!(svg.contains("t &lt;&amp;&gt; 1"));
+        assert!(svg.contains("Per-page LLC miss rate (10 pages)"));
+        assert!(svg.contains("Address space, compacted"));
+        assert_eq!(svg.matches("<svg").count(), 1);
+    }
+}
