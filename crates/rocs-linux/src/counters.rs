@@ -85,6 +85,16 @@ struct TargetCounters {
     retired: Totals,
 }
 
+/// A multiplexed count extrapolated to the whole enabled time (what `perf stat` does):
+/// value * enabled / running; unchanged when the group ran all the time (or never).
+pub fn scale(value: u64, enabled: u64, running: u64) -> u64 {
+    if running > 0 && running < enabled {
+        (value as u128 * enabled as u128 / running as u128).min(u64::MAX as u128) as u64
+    } else {
+        value
+    }
+}
+
 /// rocs-core's `Counters` on Linux perf_event.
 pub struct LinuxCounters {
     events: CounterEvents,
@@ -215,12 +225,7 @@ impl Counters for LinuxCounters {
                 raw[i + 1] = data.get(m).map_or(0, |e| e.value());
             }
             for (acc, v) in now.values.iter_mut().zip(raw) {
-                // Scale for the time the group was not on the PMU.
-                *acc += if running > 0 && running < enabled {
-                    (v as u128 * enabled as u128 / running as u128) as u64
-                } else {
-                    v
-                };
+                *acc += scale(v, enabled, running);
             }
             now.enabled += enabled;
             now.running += running;
@@ -239,5 +244,25 @@ impl Counters for LinuxCounters {
         };
         t.last = now;
         Ok(delta)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn multiplexed_counts_are_extrapolated() {
+        // On the PMU a quarter of the time: four times the count.
+        assert_eq!(scale(1000, 400, 100), 4000);
+        assert_eq!(scale(1000, 400, 400), 1000);
+        assert_eq!(scale(1000, 400, 0), 1000);
+        assert_eq!(scale(u64::MAX, 10, 1), u64::MAX);
+        let d = CounterDelta {
+            time_enabled: 400,
+            time_running: 100,
+            ..Default::default()
+        };
+        assert!(d.multiplexed());
     }
 }
