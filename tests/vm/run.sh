@@ -100,6 +100,7 @@ DEBUG_ARGS="page_poison=1 slub_debug=FZPU"
 LOG=$WORK/console.log
 say "booting (qemu -accel tcg, timeout ${TIMEOUT}s)"
 start=$(date +%s)
+: >"$LOG"
 set +e
 timeout "$TIMEOUT" qemu-system-x86_64 -accel tcg -cpu max -m 1G -smp 2,sockets=2,cores=1,threads=1 \
     -object memory-backend-ram,id=m0,size=512M -object memory-backend-ram,id=m1,size=512M \
