@@ -29,6 +29,7 @@
 #include <linux/slab.h>
 #include <linux/sort.h>
 #include <linux/uaccess.h>
+#include <linux/version.h>
 #include <linux/workqueue.h>
 
 #include "rocs_shim.h"
@@ -330,6 +331,16 @@ static void rocs_migrate_run(struct rocs_call *call, struct vm_area_struct *vma,
 	migrate_vma_finalize(&args);
 }
 
+/* The page mapped at @addr of @mm, with a reference, without faulting it in. */
+static long rocs_gup_one(struct mm_struct *mm, unsigned long addr, struct page **page)
+{
+#if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 5, 0)
+	return get_user_pages_remote(mm, addr, 1, FOLL_NOFAULT, page, NULL);
+#else
+	return get_user_pages_remote(mm, addr, 1, FOLL_NOFAULT, page, NULL, NULL);
+#endif
+}
+
 /* The colour of each page of [start, start + npages) in @vma now, without faulting. */
 static void rocs_query_run(struct rocs_call *call, struct vm_area_struct *vma,
 			   unsigned long start, unsigned int npages)
@@ -340,8 +351,7 @@ static void rocs_query_run(struct rocs_call *call, struct vm_area_struct *vma,
 		struct page *page;
 		long got;
 
-		got = get_user_pages_remote(call->mm, start + ((unsigned long)k << PAGE_SHIFT), 1,
-					    FOLL_NOFAULT, &page, NULL, NULL);
+		got = rocs_gup_one(call->mm, start + ((unsigned long)k << PAGE_SHIFT), &page);
 		if (got != 1) {
 			call->result[k] = -ENOENT;
 			continue;

@@ -9,7 +9,8 @@
 # guest's kernel log holds a WARNING, BUG, oops or sanitizer report.
 #
 #   tests/vm/run.sh                 # everything, installs what is missing (apt-get)
-#   ROCS_VM_KVER=6.1.0-26-amd64 tests/vm/run.sh   # pick a kernel
+#   ROCS_VM_KVER=6.12.107+deb12-amd64 tests/vm/run.sh   # another installed kernel
+#                                   # (default: linux-image-amd64's, else the newest)
 #   ROCS_VM_KEEP=1 tests/vm/run.sh  # keep the work directory (console log, initramfs)
 #   ROCS_VM_TESTS="pollute restore" tests/vm/run.sh   # run only these guest tests
 set -euo pipefail
@@ -40,8 +41,16 @@ if [ ${#need[@]} -gt 0 ]; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 
-# --- which kernel: the newest installed image that has its headers ----------------------
+# --- which kernel: the distribution's default (what linux-image-amd64 depends on) when its
+# headers are there, else the newest installed image that has its headers ---------------
 KVER=${ROCS_VM_KVER:-}
+if [ -z "$KVER" ]; then
+    v=$(dpkg-query -W -f='${Depends}' linux-image-amd64 2>/dev/null |
+        sed -n 's/.*linux-image-\([^ ,]*\).*/\1/p' | head -n 1)
+    if [ -n "$v" ] && [ -r "/boot/vmlinuz-$v" ] && [ -e "/lib/modules/$v/build/Makefile" ]; then
+        KVER=$v
+    fi
+fi
 if [ -z "$KVER" ]; then
     for v in $(ls /boot/vmlinuz-* | sed 's|.*/vmlinuz-||' | sort -V); do
         [ -e "/lib/modules/$v/build/Makefile" ] && KVER=$v
