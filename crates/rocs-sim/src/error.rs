@@ -20,27 +20,23 @@ pub enum SimError {
     },
     #[error("{file}: {message}")]
     Invalid { file: String, message: String },
-    #[error("{file}: {what}: impossible cache geometry: {source}")]
+    // The reasons are part of the message (not chained as `source`), so that printing the
+    // error chain does not say them twice.
+    #[error("{file}: {what}: impossible cache geometry: {reason}")]
     Geometry {
         file: String,
         what: String,
-        #[source]
-        source: GeometryError,
+        reason: GeometryError,
     },
-    #[error("cannot read {}: {source}", path.display())]
+    #[error("cannot read {}: {reason}", path.display())]
     Io {
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        reason: std::io::Error,
     },
     #[error("trace line {line}: {message}")]
     Trace { line: u64, message: String },
-    #[error("trace read error after line {line}: {source}")]
-    TraceIo {
-        line: u64,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error("trace read error after line {line}: {reason}")]
+    TraceIo { line: u64, reason: std::io::Error },
     #[error("no process with pid {0} on this machine")]
     NoSuchProcess(u32),
     #[error("out of physical frames ({0})")]

@@ -131,9 +131,9 @@ pub(crate) fn looks_like_path(s: &str) -> bool {
 }
 
 pub(crate) fn read_file(path: &str) -> Result<String, SimError> {
-    std::fs::read_to_string(path).map_err(|source| SimError::Io {
+    std::fs::read_to_string(path).map_err(|reason| SimError::Io {
         path: path.into(),
-        source,
+        reason,
     })
 }
 
@@ -166,10 +166,10 @@ impl MachineProfile {
         what: &str,
         l: &LevelSpec,
     ) -> Result<CacheGeometry, SimError> {
-        let geo = |source| SimError::Geometry {
+        let geo = |reason| SimError::Geometry {
             file: file.to_string(),
             what: what.to_string(),
-            source,
+            reason,
         };
         if l.line.0 == 0 || !l.line.0.is_power_of_two() {
             return Err(geo(rocs_core::GeometryError::NotPowerOfTwo {

@@ -54,9 +54,9 @@ impl<R: BufRead> LackeyReader<R> {
             let n = self
                 .input
                 .read_until(b'\n', &mut self.buf)
-                .map_err(|source| SimError::TraceIo {
+                .map_err(|reason| SimError::TraceIo {
                     line: self.line,
-                    source,
+                    reason,
                 })?;
             if n == 0 {
                 return Ok(None);

@@ -1,0 +1,260 @@
+//! `rocsctl sim`: listing, running, replaying traces, and every kind of bad input getting a
+//! clear error (never a panic).
+
+use assert_cmd::Command;
+
+fn rocsctl() -> Command {
+    Command::cargo_bin("rocsctl").unwrap()
+}
+
+/// Run and return (success, stdout, stderr); a panic is always a failure of the test.
+fn run(args: &[&str], stdin: Option<&str>) -> (bool, String, String) {
+    let mut c = rocsctl();
+    c.args(args);
+    if let Some(s) = stdin {
+        c.write_stdin(s);
+    }
+    let out = c.output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(!stderr.contains("panicked"), "rocsctl panicked: {stderr}");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        stderr,
+    )
+}
+
+#[test]
+fn list_shows_builtins() {
+    let (ok, out, _) = run(&["sim", "list", "--json"], None);
+    assert!(ok);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let names = |k: &str| -> Vec<String> {
+        v[k].as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    for m in ["ppc970fx", "xeon-like", "tiny"] {
+        assert!(names("machines").contains(&m.to_string()), "{m}");
+    }
+    for w in [
+        "art-like",
+        "swim-like",
+        "cg-like",
+        "mgrid-like",
+        "mcf-like",
+        "twolf-like",
+        "phased",
+        "noisy-neighbour",
+    ] {
+        assert!(names("workloads").contains(&w.to_string()), "{w}");
+    }
+    let (ok, out, _) = run(&["sim", "list"], None);
+    assert!(ok && out.contains("art-like"));
+}
+
+fn run_json(args: &[&str]) -> serde_json::Value {
+    let (ok, out, err) = run(args, None);
+    assert!(ok, "{err}");
+    serde_json::from_str(&out).unwrap()
+}
+
+#[test]
+fn run_reports_every_field_and_the_same_seed_gives_the_same_numbers() {
+    let args = [
+        "sim",
+        "run",
+        "--workload",
+        "art-like",
+        "--scale",
+        "0.02",
+        "--seed",
+        "5",
+        "--json",
+    ];
+    let a = run_json(&args);
+    for k in ["workload", "machine", "seed", "sim_accesses_per_sec"] {
+        assert!(!a[k].is_null(), "missing {k}");
+    }
+    assert_eq!(a["machine"], "ppc970fx");
+    assert_eq!(a["seed"], 5);
+    assert!(a["sim_accesses_per_sec"].as_f64().unwrap() > 0.0);
+    let m = &a["modes"]["baseline"];
+    for k in [
+        "instructions",
+        "cycles",
+        "ipc",
+        "llc_accesses",
+        "llc_misses",
+        "llc_mpki",
+        "l1d_accesses",
+        "l1d_misses",
+    ] {
+        assert!(m[k].is_number(), "missing {k}");
+    }
+    assert!(m["llc_misses"].as_u64().unwrap() > 0);
+    let b = run_json(&args);
+    for k in ["instructions", "cycles", "llc_misses", "l1d_misses"] {
+        assert_eq!(m[k], b["modes"]["baseline"][k], "{k} differs between runs");
+    }
+    let c = run_json(&[
+        "sim",
+        "run",
+        "--workload",
+        "art-like",
+        "--scale",
+        "0.02",
+        "--seed",
+        "6",
+        "--json",
+    ]);
+    assert_ne!(m["llc_misses"], c["modes"]["baseline"]["llc_misses"]);
+}
+
+#[test]
+fn unknown_names_list_the_known_ones() {
+    let (ok, _, err) = run(&["sim", "run", "--workload", "gcc-like"], None);
+    assert!(!ok);
+    assert!(
+        err.contains("unknown workload 'gcc-like'") && err.contains("art-like"),
+        "{err}"
+    );
+    let (ok, _, err) = run(
+        &["sim", "run", "--workload", "art-like", "--machine", "vax"],
+        None,
+    );
+    assert!(!ok);
+    assert!(
+        err.contains("unknown machine 'vax'") && err.contains("ppc970fx"),
+        "{err}"
+    );
+}
+
+#[test]
+fn malformed_toml_says_file_line_column_and_what_was_expected() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("w.toml");
+    std::fs::write(
+        &f,
+        "name = \"w\"\n[[process]]\nname = \"p\"\naccesses = 100\n[[process.region]]\nname = \"r\"\nsize = \"4KiB\"\npattern = \"zigzag\"\nshare = 1.0\n",
+    )
+    .unwrap();
+    let path = f.to_str().unwrap();
+    let (ok, _, err) = run(&["sim", "run", "--workload", path], None);
+    assert!(!ok);
+    assert!(err.contains(&format!("{path}:8:")), "{err}");
+    assert!(err.contains("sequential"), "says what was expected: {err}");
+
+    std::fs::write(&f, "name = \"w\"\n[[process]]\nname = \"p\"\naccesses = 100\n[[process.region]]\nname = \"r\"\nsize = \"4KiB\"\npattern = \"strided\"\nshare = 1.0\n").unwrap();
+    let (ok, _, err) = run(&["sim", "run", "--workload", path], None);
+    assert!(!ok && err.contains("stride"), "{err}");
+
+    let (ok, _, err) = run(&["sim", "run", "--workload", "/nonexistent/w.toml"], None);
+    assert!(!ok && err.contains("/nonexistent/w.toml"), "{err}");
+}
+
+#[test]
+fn impossible_geometry_is_refused_with_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("m.toml");
+    let base = "name = \"m\"\nclock_ghz = 2.0\nbase_cpi = 1.0\npage_size = \"4KiB\"\nmemory = \"64MiB\"\nmemory_latency = 100\n[l1d]\nsize = \"32KiB\"\nline = 64\nways = 8\n";
+    for (llc, reason) in [
+        (
+            "[llc]\nsize = \"384KiB\"\nline = 64\nways = 8\n",
+            "sets_per_slice must be a power of two",
+        ),
+        (
+            "[llc]\nsize = \"512KiB\"\nline = 8192\nways = 8\n",
+            "smaller than the line size",
+        ),
+        (
+            "[llc]\nsize = \"512KiB\"\nline = 96\nways = 8\n",
+            "line_size must be a power of two",
+        ),
+        (
+            "[llc]\nsize = \"512KiB\"\nline = 64\nways = 0\n",
+            "is not ways * sets",
+        ),
+    ] {
+        std::fs::write(&f, format!("{base}{llc}")).unwrap();
+        let (ok, _, err) = run(
+            &[
+                "sim",
+                "run",
+                "--workload",
+                "art-like",
+                "--machine",
+                f.to_str().unwrap(),
+            ],
+            None,
+        );
+        assert!(!ok);
+        assert!(
+            err.contains("llc: impossible cache geometry") && err.contains(reason),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn trace_replays_from_stdin_and_a_bad_line_reports_its_number() {
+    let trace = "==1== Lackey\nI  00400000,4\n L 00001000,8\n S 00001008,8\n M 00002000,4\nI  00400004,4\n L 0000103c,8\n";
+    let (ok, out, err) = run(
+        &[
+            "sim",
+            "trace",
+            "--format",
+            "lackey",
+            "-",
+            "--machine",
+            "tiny",
+            "--identity-map",
+            "--json",
+        ],
+        Some(trace),
+    );
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let m = &v["modes"]["baseline"];
+    assert_eq!(m["instructions"], 2);
+    assert_eq!(m["l1d_accesses"], 4);
+    // 0x1000 (miss), 0x1008 (hit), 0x2000 (miss), 0x103c..0x1043 straddles into a new line (miss).
+    assert_eq!(m["l1d_misses"], 3);
+
+    let bad = "I  00400000,4\n L 00001000,8\n L nothex,8\n";
+    let (ok, _, err) = run(&["sim", "trace", "-", "--machine", "tiny"], Some(bad));
+    assert!(!ok);
+    assert!(err.contains("trace line 3"), "{err}");
+
+    let (ok, _, err) = run(&["sim", "trace", "-", "--repeat", "2"], Some(trace));
+    assert!(!ok && err.contains("repeat"), "{err}");
+}
+
+#[test]
+fn trace_file_repeats() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("t.lackey");
+    std::fs::write(&f, "I  00400000,4\n L 00001000,8\n").unwrap();
+    let p = f.to_str().unwrap();
+    let v: serde_json::Value = serde_json::from_str(
+        &run(
+            &[
+                "sim",
+                "trace",
+                p,
+                "--repeat",
+                "3",
+                "--json",
+                "--machine",
+                "tiny",
+            ],
+            None,
+        )
+        .1,
+    )
+    .unwrap();
+    assert_eq!(v["modes"]["baseline"]["instructions"], 3);
+    assert_eq!(v["modes"]["baseline"]["l1d_misses"], 1);
+}
