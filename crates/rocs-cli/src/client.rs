@@ -1,12 +1,539 @@
-//! rocsctl client commands (being built).
+//! rocsctl's daemon commands: ask rocsd over its control socket and print the answer for
+//! people (tables) or for scripts (`--json`: the daemon's result as it came).
 
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Duration;
 
-use clap::Subcommand;
+use anyhow::{bail, Context};
+use clap::{Args, Subcommand};
+use rocs_config::protocol::{
+    encode_request, ActionReply, HistoryReply, PageRow, ProfileReply, ReloadReply, Reply, Request,
+    StackReply, StatusReply, TargetSummary,
+};
+use rocs_core::{DataSource, MissRateStack, PageProfile};
+use serde_json::Value;
+
+use crate::render;
+
+/// Options every daemon command takes.
+#[derive(Args, Clone, Debug)]
+pub struct Conn {
+    /// Print the daemon's answer as JSON (for scripts).
+    #[arg(long)]
+    pub json: bool,
+    /// The control socket of the rocsd to ask.
+    #[arg(long, value_name = "PATH", default_value = rocs_config::daemon::DEFAULT_SOCKET)]
+    pub socket: PathBuf,
+}
 
 #[derive(Subcommand)]
-pub enum ClientCommand {}
+pub enum ClientCommand {
+    /// rocsd: platform, what it can do here, policies, targets.
+    Status(Conn),
+    /// The processes rocsd is attached to, with their state, IPC, MPKI and pages.
+    Targets(Conn),
+    /// A target's page profile from rocsd (sampled hits and misses by address, the miss-rate
+    /// histogram and the address-space map); or, with --perf-data, a perf.data file's.
+    Profile {
+        /// The target: a pid, or a command name only one target has.
+        #[arg(required_unless_present = "perf_data")]
+        target: Option<String>,
+        /// Read this perf.data file (`perf record -d`, `perf mem record`) instead of asking
+        /// rocsd.
+        #[arg(long = "perf-data", value_name = "FILE", conflicts_with = "target")]
+        perf_data: Option<PathBuf>,
+        /// With --perf-data: keep only this process's samples.
+        #[arg(long, requires = "perf_data")]
+        pid: Option<u32>,
+        /// Also draw the pictures as SVG in FILE.
+        #[arg(long, value_name = "FILE")]
+        svg: Option<PathBuf>,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// A target's miss-rate stack: its pages ordered by miss rate, the confined ones marked.
+    Stack {
+        target: String,
+        /// Show at most this many entries from the top (0: all).
+        #[arg(long, default_value_t = 30)]
+        limit: usize,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// What a target's controller did and why: states, profiles, search steps.
+    History {
+        target: String,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Stop searching and moving pages (one target, or all); pages stay where they are.
+    Pause {
+        target: Option<String>,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Start again from observing (one target, or all).
+    Resume {
+        target: Option<String>,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Move a target's pages (or every target's) back out of the pollute buffer, and pause.
+    Restore {
+        target: Option<String>,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Re-read the policy files (a broken one is reported; the old policies stay).
+    Reload(Conn),
+}
+
+/// Longest reply accepted (a profile of millions of pages is large, but not unbounded).
+const MAX_REPLY: u64 = 512 << 20;
+
+/// Send one request, read one reply.
+pub fn ask(socket: &Path, request: &Request) -> anyhow::Result<Reply> {
+    let mut stream = UnixStream::connect(socket).map_err(|e| {
+        let hint = match e.kind() {
+            std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused => {
+                "is rocsd running? (`systemctl status rocsd`; or give --socket PATH)"
+            }
+            std::io::ErrorKind::PermissionDenied => {
+                "reading needs root or membership of group rocs; changing needs root"
+            }
+            _ => "",
+        };
+        anyhow::anyhow!("cannot reach rocsd at {}: {e}; {hint}", socket.display())
+    })?;
+    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+    stream.set_write_timeout(Some(Duration::from_secs(30)))?;
+    stream
+        .write_all(encode_request(1, request).as_bytes())
+        .with_context(|| format!("sending to rocsd at {}", socket.display()))?;
+    let mut line = String::new();
+    BufReader::new(stream.take(MAX_REPLY))
+        .read_line(&mut line)
+        .with_context(|| format!("reading rocsd's reply from {}", socket.display()))?;
+    if line.is_empty() {
+        bail!(
+            "rocsd at {} closed the connection without a reply",
+            socket.display()
+        );
+    }
+    let reply: Reply = serde_json::from_str(&line).context("rocsd's reply is not valid JSON")?;
+    if reply.v != rocs_config::protocol::PROTOCOL_VERSION {
+        bail!(
+            "rocsd speaks protocol {} and this rocsctl {}; use the rocsctl of the same release",
+            reply.v,
+            rocs_config::protocol::PROTOCOL_VERSION
+        );
+    }
+    Ok(reply)
+}
 
 pub fn run(cmd: ClientCommand) -> anyhow::Result<ExitCode> {
-    match cmd {}
+    let (request, conn, svg) = match cmd {
+        ClientCommand::Status(c) => (Request::Status, c, None),
+        ClientCommand::Targets(c) => (Request::Targets, c, None),
+        ClientCommand::Profile {
+            target,
+            perf_data,
+            pid,
+            svg,
+            conn,
+        } => match (target, perf_data) {
+            (_, Some(perf_data)) => {
+                return crate::linux::run(crate::linux::LinuxCommand::Profile {
+                    perf_data,
+                    pid,
+                    json: conn.json,
+                    svg,
+                })
+            }
+            (Some(target), None) => (Request::Profile { target }, conn, svg),
+            (None, None) => bail!("give a TARGET (pid or command name) or --perf-data FILE"),
+        },
+        ClientCommand::Stack {
+            target,
+            limit,
+            conn,
+        } => (
+            Request::Stack {
+                target,
+                limit: (limit > 0).then_some(limit),
+            },
+            conn,
+            None,
+        ),
+        ClientCommand::History { target, conn } => (Request::History { target }, conn, None),
+        ClientCommand::Pause { target, conn } => (Request::Pause { target }, conn, None),
+        ClientCommand::Resume { target, conn } => (Request::Resume { target }, conn, None),
+        ClientCommand::Restore { target, conn } => (Request::Restore { target }, conn, None),
+        ClientCommand::Reload(c) => (Request::Reload, c, None),
+    };
+    let reply = ask(&conn.socket, &request)?;
+    let result = match reply.into_result() {
+        Ok(v) => v,
+        Err(e) => {
+            if conn.json {
+                println!("{}", serde_json::json!({ "error": e }));
+            } else {
+                eprintln!("rocsctl: rocsd refused {}: {}", request.name(), e.message);
+            }
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    if conn.json {
+        println!("{}", serde_json::to_string_pretty(&result)?);
+    } else {
+        print!("{}", render_text(&request, &result)?);
+    }
+    if let (Some(path), Request::Profile { .. }) = (svg, &request) {
+        let p: ProfileReply = serde_json::from_value(result)?;
+        write_svg(&p, &path)?;
+        if !conn.json {
+            println!("wrote {}", path.display());
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The answer for people.
+pub fn render_text(request: &Request, result: &Value) -> anyhow::Result<String> {
+    let r = result.clone();
+    Ok(match request {
+        Request::Status => status_text(&serde_json::from_value(r)?),
+        Request::Targets => targets_text(&serde_json::from_value::<Vec<TargetSummary>>(r)?),
+        Request::Profile { .. } => {
+            let p: ProfileReply = serde_json::from_value(r)?;
+            profile_text(&p) + &pictures_text(&p)
+        }
+        Request::Stack { .. } => stack_text(&serde_json::from_value(r)?),
+        Request::History { .. } => history_text(&serde_json::from_value(r)?),
+        Request::Pause { .. } | Request::Resume { .. } | Request::Restore { .. } => {
+            let a: ActionReply = serde_json::from_value(r)?;
+            let pids: Vec<String> = a.targets.iter().map(|p| p.to_string()).collect();
+            format!(
+                "{}: {} target(s){}\n",
+                a.action,
+                a.targets.len(),
+                if pids.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", pids.join(", "))
+                }
+            )
+        }
+        Request::Reload => {
+            let r: ReloadReply = serde_json::from_value(r)?;
+            let mut s = format!("policies reloaded: {}\n", r.policies.len());
+            for p in r.policies {
+                s += &format!("  {:<20} {}\n", p.name, p.file);
+            }
+            s
+        }
+    })
+}
+
+fn bytes(n: u64) -> String {
+    const UNITS: &[(u64, &str)] = &[(1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];
+    for &(u, name) in UNITS {
+        if n >= u && n.is_multiple_of(u) {
+            return format!("{} {name}", n / u);
+        }
+    }
+    format!("{n} B")
+}
+
+fn status_text(s: &StatusReply) -> String {
+    let mut out = format!(
+        "rocsd {} (protocol {}), pid {}, up {:.0} s\n",
+        s.version, s.protocol, s.pid, s.uptime_s
+    );
+    out += &format!("platform   {} ({})\n", s.platform, s.capability);
+    match &s.llc {
+        Some(g) => {
+            out += &format!(
+                "LLC        {}, {}-way, {} B lines, {} slice(s): {} colours of {} pages\n",
+                bytes(g.size()),
+                g.ways,
+                g.line_size,
+                g.slices,
+                s.colours,
+                bytes(g.page_size)
+            )
+        }
+        None => out += "LLC        unknown\n",
+    }
+    out += &format!(
+        "targets    {} now, {} since start, {} gone\n",
+        s.targets, s.targets_seen, s.targets_exited
+    );
+    out += &format!(
+        "paused     {}\n",
+        if s.paused { "yes (all targets)" } else { "no" }
+    );
+    out += &format!("policies   {}\n", s.policies.len());
+    for p in &s.policies {
+        out += &format!("  {:<20} {}\n", p.name, p.file);
+    }
+    if let Some(e) = &s.last_reload_error {
+        out += "last reload refused (the policies above stay in force):\n";
+        for line in e.lines() {
+            out += &format!("  {line}\n");
+        }
+    }
+    if !s.notices.is_empty() {
+        out += "notices\n";
+        for n in &s.notices {
+            out += &format!("  {n}\n");
+        }
+    }
+    out
+}
+
+fn targets_text(ts: &[TargetSummary]) -> String {
+    if ts.is_empty() {
+        return "no targets (no running process matches a policy)\n".to_string();
+    }
+    let mut out = format!(
+        "{:>7}  {:<15} {:<12} {:<8} {:>7} {:>8} {:>8} {:>8} {:>9} {:>6}\n",
+        "PID", "COMM", "POLICY", "STATE", "IPC", "MPKI", "PROFILED", "CONFINED", "SAMPLES", "LOST"
+    );
+    for t in ts {
+        out += &format!(
+            "{:>7}  {:<15} {:<12} {:<8} {:>7.3} {:>8.2} {:>8} {:>8} {:>9} {:>6}\n",
+            t.pid,
+            t.comm,
+            t.policy,
+            t.state,
+            t.ipc,
+            t.mpki,
+            t.pages_profiled,
+            t.pages_confined,
+            t.samples,
+            t.lost_samples
+        );
+        if let Some(e) = &t.last_error {
+            out += &format!("{:>7}  last error: {e}\n", "");
+        }
+    }
+    out
+}
+
+fn head(t: &TargetSummary) -> String {
+    format!(
+        "target {} ({}), policy {}, {}{}: IPC {:.3}, MPKI {:.2}, {} windows\n",
+        t.pid,
+        t.comm,
+        t.policy,
+        t.state,
+        if t.capability == "full" {
+            String::new()
+        } else {
+            format!(" [{}]", t.capability)
+        },
+        t.ipc,
+        t.mpki,
+        t.windows
+    )
+}
+
+fn rate(hits: u64, misses: u64) -> String {
+    if hits + misses == 0 {
+        "-".into()
+    } else {
+        format!("{:.2}", misses as f64 / (hits + misses) as f64)
+    }
+}
+
+/// Runs of address-adjacent pages with the same confinement, for the profile table.
+fn runs(pages: &[PageRow]) -> Vec<(u64, u64, u64, u64, u64, bool)> {
+    let mut out: Vec<(u64, u64, u64, u64, u64, bool)> = Vec::new();
+    for p in pages {
+        match out.last_mut() {
+            Some(r) if r.1 + 1 == p.page && r.5 == p.confined => {
+                r.1 = p.page;
+                r.2 += 1;
+                r.3 += p.hits as u64;
+                r.4 += p.misses as u64;
+            }
+            _ => out.push((
+                p.page,
+                p.page,
+                1,
+                p.hits as u64,
+                p.misses as u64,
+                p.confined,
+            )),
+        }
+    }
+    out
+}
+
+fn profile_text(p: &ProfileReply) -> String {
+    let mut out = head(&p.target);
+    let confined = p.pages.iter().filter(|r| r.confined).count();
+    out += &format!(
+        "{} samples over {} pages of {}; {} pages confined\n",
+        p.samples,
+        p.pages.len(),
+        bytes(1 << p.page_shift),
+        confined
+    );
+    if p.pages.is_empty() {
+        out += "(no profile yet: the target has not been sampled)\n";
+        return out;
+    }
+    out += &format!(
+        "{:<37} {:>7} {:>8} {:>8} {:>6}  {}\n",
+        "ADDRESSES", "PAGES", "HITS", "MISSES", "RATE", "CONFINED"
+    );
+    let shift = p.page_shift;
+    let rows = runs(&p.pages);
+    const MAX_ROWS: usize = 40;
+    for r in rows.iter().take(MAX_ROWS) {
+        out += &format!(
+            "{:#018x}-{:#018x} {:>7} {:>8} {:>8} {:>6}  {}\n",
+            r.0 << shift,
+            ((r.1 + 1) << shift) - 1,
+            r.2,
+            r.3,
+            r.4,
+            rate(r.3, r.4),
+            if r.5 { "yes" } else { "" }
+        );
+    }
+    if rows.len() > MAX_ROWS {
+        out += &format!(
+            "... {} more runs (--json has every page)\n",
+            rows.len() - MAX_ROWS
+        );
+    }
+    out
+}
+
+fn stack_text(s: &StackReply) -> String {
+    let mut out = head(&s.target);
+    out += &format!(
+        "miss-rate stack: {} pages, the top {} confined{}\n",
+        s.total,
+        s.k,
+        if s.entries.len() < s.total {
+            format!(" (showing {})", s.entries.len())
+        } else {
+            String::new()
+        }
+    );
+    if s.entries.is_empty() {
+        return out;
+    }
+    out += &format!(
+        "{:>6}  {:<18} {:>8} {:>8} {:>6}\n",
+        "RANK", "PAGE", "HITS", "MISSES", "RATE"
+    );
+    for (i, e) in s.entries.iter().enumerate() {
+        out += &format!(
+            "{:>6}{} {:#018x} {:>8} {:>8} {:>6.2}\n",
+            i + 1,
+            if i < s.k { "*" } else { " " },
+            e.page.0 << s.page_shift,
+            e.hits,
+            e.misses,
+            e.miss_rate
+        );
+    }
+    if s.k > 0 {
+        out += "(* confined in the pollute buffer)\n";
+    }
+    out
+}
+
+fn history_text(h: &HistoryReply) -> String {
+    let mut out = head(&h.target);
+    if h.events.is_empty() {
+        out += "(nothing has happened yet)\n";
+    }
+    for e in &h.events {
+        out += &format!("{:>6}  {:<8} {}\n", e.window, e.kind, e.text);
+    }
+    out
+}
+
+/// The profile the daemon sent, as rocs-core's profile and (per-page) stack, for the pictures.
+fn rebuild(p: &ProfileReply) -> (PageProfile, MissRateStack) {
+    let mut profile = PageProfile::new(p.page_shift);
+    for r in &p.pages {
+        let addr = r.page << p.page_shift;
+        for (n, source) in [
+            (r.hits, DataSource::LlcHit),
+            (r.misses, DataSource::LlcMiss),
+            (r.other, DataSource::Other),
+        ] {
+            for _ in 0..n {
+                profile.record(addr, source);
+            }
+        }
+    }
+    let stack = MissRateStack::from_profile(&profile);
+    (profile, stack)
+}
+
+/// The miss-rate histogram (ROCS Fig. 2) and the address-space map (ROCS Fig. 3).
+fn pictures_text(p: &ProfileReply) -> String {
+    if p.pages.is_empty() {
+        return String::new();
+    }
+    let (profile, stack) = rebuild(p);
+    let mut out = String::from("\n");
+    out += &render::histogram_text(&stack, 10, 40);
+    out += "\n";
+    out += &render::address_map_text(&profile, 100, 6);
+    out
+}
+
+/// The same pictures as an SVG file.
+fn write_svg(p: &ProfileReply, path: &Path) -> anyhow::Result<()> {
+    let (profile, stack) = rebuild(p);
+    let title = format!(
+        "target {} ({}), policy {}",
+        p.target.pid, p.target.comm, p.target.policy
+    );
+    let doc = render::profile_svg(&profile, &stack, &title);
+    std::fs::write(path, doc).with_context(|| format!("writing {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runs_join_adjacent_pages_with_the_same_placement() {
+        let row = |page, confined| PageRow {
+            page,
+            hits: 1,
+            misses: 3,
+            other: 0,
+            confined,
+        };
+        let r = runs(&[row(1, false), row(2, false), row(3, true), row(5, true)]);
+        assert_eq!(
+            r,
+            vec![
+                (1, 2, 2, 2, 6, false),
+                (3, 3, 1, 1, 3, true),
+                (5, 5, 1, 1, 3, true)
+            ]
+        );
+    }
+
+    #[test]
+    fn sizes_read_well() {
+        assert_eq!(bytes(512 << 10), "512 KiB");
+        assert_eq!(bytes(4096), "4 KiB");
+        assert_eq!(bytes(1000), "1000 B");
+    }
 }

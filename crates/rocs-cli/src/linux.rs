@@ -63,6 +63,9 @@ pub enum LinuxCommand {
         svg: Option<PathBuf>,
     },
     /// Read a perf.data file (`perf record -d`, `perf mem record`) into a page profile.
+    /// Reached through `rocsctl profile --perf-data FILE` (client.rs owns `profile`, which
+    /// otherwise asks rocsd about a target).
+    #[command(skip)]
     Profile {
         #[arg(long = "perf-data")]
         perf_data: PathBuf,

@@ -10,10 +10,12 @@
 //! window_ms = 100                   # measurement window on linux
 //! restore_on_exit = true            # move confined pages back when rocsd stops
 //! allow_observe_only = false        # run without a PMU (software events only)
+//! client_timeout_ms = 10000         # a control client must send a line within this
 //! metrics = "127.0.0.1:9477"        # Prometheus text metrics; absent = off
 //! [knobs]                           # defaults for every policy
 //! [geometry]                        # override the detected LLC geometry
-//! [sim]                             # the simulated platform
+//! [sim]                             # the simulated platform: machine, window_cycles,
+//!                                   # pause_ms, cpu_share, seed, [[sim.workload]] name/seed/scale
 //! ```
 
 use std::net::SocketAddr;
@@ -89,6 +91,8 @@ pub struct SimWorkload {
     pub at: Location,
     /// Seed of this workload's machine (default: the [sim] seed plus its index).
     pub seed: Option<u64>,
+    /// Multiplies the workload's phase lengths (tests run shortened workloads).
+    pub scale: Option<f64>,
 }
 
 /// The sim platform's settings.
@@ -99,8 +103,12 @@ pub struct SimConfig {
     pub machine_at: Option<Location>,
     /// Cycles simulated per window.
     pub window_cycles: u64,
-    /// Wall-clock pause between windows, so that the demo does not take a whole core.
+    /// Shortest wall-clock pause between windows.
     pub pause_ms: u64,
+    /// Largest share of one core each simulated machine may use: after a window that took
+    /// `t` to simulate, the machine rests `t * (1 / cpu_share - 1)` (at least `pause_ms`),
+    /// so that the demo never takes whole cores.
+    pub cpu_share: f64,
     pub seed: u64,
     pub workloads: Vec<SimWorkload>,
 }
@@ -108,10 +116,11 @@ pub struct SimConfig {
 impl Default for SimConfig {
     fn default() -> Self {
         SimConfig {
-            machine: "small".into(),
+            machine: "ppc970fx".into(),
             machine_at: None,
-            window_cycles: 2_000_000,
-            pause_ms: 50,
+            window_cycles: 100_000_000,
+            pause_ms: 10,
+            cpu_share: 0.25,
             seed: 1,
             workloads: Vec::new(),
         }
@@ -132,6 +141,7 @@ pub struct DaemonConfig {
     pub window_ms: u64,
     pub restore_on_exit: bool,
     pub allow_observe_only: bool,
+    pub client_timeout_ms: u64,
     pub metrics: Option<SocketAddr>,
     /// Default knobs for every policy.
     pub knobs: KnobTable,
@@ -153,6 +163,7 @@ impl Default for DaemonConfig {
             window_ms: 100,
             restore_on_exit: true,
             allow_observe_only: false,
+            client_timeout_ms: 10_000,
             metrics: None,
             knobs: KnobTable::new(),
             geometry: None,
@@ -174,6 +185,7 @@ struct RawConfig {
     window_ms: Option<toml::Spanned<u64>>,
     restore_on_exit: Option<bool>,
     allow_observe_only: Option<bool>,
+    client_timeout_ms: Option<toml::Spanned<u64>>,
     metrics: Option<toml::Spanned<String>>,
     #[serde(default)]
     knobs: RawKnobs,
@@ -187,6 +199,7 @@ struct RawSim {
     machine: Option<toml::Spanned<String>>,
     window_cycles: Option<toml::Spanned<u64>>,
     pause_ms: Option<u64>,
+    cpu_share: Option<toml::Spanned<f64>>,
     seed: Option<u64>,
     #[serde(default)]
     workload: Vec<RawSimWorkload>,
@@ -197,6 +210,7 @@ struct RawSim {
 struct RawSimWorkload {
     name: toml::Spanned<String>,
     seed: Option<u64>,
+    scale: Option<toml::Spanned<f64>>,
 }
 
 impl DaemonConfig {
@@ -263,6 +277,18 @@ impl DaemonConfig {
                 *field = v.into_inner();
             }
         }
+        if let Some(t) = raw.client_timeout_ms {
+            if !(100..=600_000).contains(t.get_ref()) {
+                return Err(ConfigError::at(
+                    at(t.span()),
+                    format!(
+                        "client_timeout_ms = {} must be between 100 and 600000",
+                        t.get_ref()
+                    ),
+                ));
+            }
+            c.client_timeout_ms = t.into_inner();
+        }
         if let Some(r) = raw.restore_on_exit {
             c.restore_on_exit = r;
         }
@@ -327,18 +353,39 @@ impl DaemonConfig {
             if let Some(p) = s.pause_ms {
                 c.sim.pause_ms = p;
             }
+            if let Some(f) = s.cpu_share {
+                if !(*f.get_ref() > 0.0 && *f.get_ref() <= 1.0) {
+                    return Err(ConfigError::at(
+                        at(f.span()),
+                        format!("cpu_share {} must be in (0, 1]", f.get_ref()),
+                    ));
+                }
+                c.sim.cpu_share = f.into_inner();
+            }
             if let Some(seed) = s.seed {
                 c.sim.seed = seed;
             }
             c.sim.workloads = s
                 .workload
                 .into_iter()
-                .map(|w| SimWorkload {
-                    at: at(w.name.span()),
-                    name: w.name.into_inner(),
-                    seed: w.seed,
+                .map(|w| {
+                    let scale = match w.scale {
+                        Some(f) if !(*f.get_ref() > 0.0 && f.get_ref().is_finite()) => {
+                            return Err(ConfigError::at(
+                                at(f.span()),
+                                format!("scale {} must be a positive number", f.get_ref()),
+                            ))
+                        }
+                        f => f.map(|f| f.into_inner()),
+                    };
+                    Ok(SimWorkload {
+                        at: at(w.name.span()),
+                        name: w.name.into_inner(),
+                        seed: w.seed,
+                        scale,
+                    })
                 })
-                .collect();
+                .collect::<Result<_, _>>()?;
         }
         Ok(c)
     }
@@ -402,6 +449,7 @@ name = "art-like"
 [[sim.workload]]
 name = "mcf-like"
 seed = 7
+scale = 0.5
 "#;
         let c = DaemonConfig::parse(Path::new("/x/config/demo.toml"), text).unwrap();
         assert_eq!(c.socket, PathBuf::from("/x/config/run/rocsd.sock"));
@@ -433,6 +481,10 @@ seed = 7
             ),
             ("[geometry]\nline_size = 64\nways = 8\n", "rocsd.toml:1:1:"),
             ("socket_mode = 0o7777\n", "rocsd.toml:1:15:"),
+            (
+                "[[sim.workload]]\nname = \"x\"\nscale = -1.0\n",
+                "rocsd.toml:3:9:",
+            ),
         ];
         for (text, want) in cases {
             let e = DaemonConfig::parse(f, text).unwrap_err().to_string();

@@ -154,12 +154,14 @@ pub fn parse_request(line: &[u8]) -> Result<Envelope, (Option<Value>, ErrorReply
                 ),
             )
         }
-        None => return fail(
-            ErrorCode::BadVersion,
-            format!(
+        None => {
+            return fail(
+                ErrorCode::BadVersion,
+                format!(
                 "the request has no protocol version \"v\" (this rocsd speaks {PROTOCOL_VERSION})"
             ),
-        ),
+            )
+        }
     }
     let name = match obj.get("request") {
         Some(Value::String(s)) => s.clone(),
@@ -288,6 +290,8 @@ pub struct StatusReply {
     pub targets: usize,
     pub targets_seen: u64,
     pub targets_exited: u64,
+    /// Targets whose events opened and were read at least once.
+    pub targets_measured: u64,
     pub reloads: u64,
     pub last_reload_error: Option<String>,
     pub paused: bool,

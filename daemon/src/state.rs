@@ -1,0 +1,456 @@
+//! What the daemon knows: its configuration, the policies in force, the targets and their
+//! hosts (the tasks that run their controllers), and the answers to control requests.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rocs_config::protocol::{
+    ActionReply, ErrorCode, ErrorReply, PolicySummary, ReloadReply, Request, StatusReply,
+    TargetSummary,
+};
+use rocs_config::{DaemonConfig, Platform, Policy, PolicyErrors, PolicySet, ProcessInfo};
+use rocs_core::knobs::Knobs;
+use rocs_core::{CacheGeometry, Pid};
+use serde_json::Value;
+use tokio::sync::{mpsc, oneshot, watch};
+
+/// The policies in force, each with its knobs merged over rocsd.toml's and checked.
+#[derive(Debug, Default)]
+pub struct LoadedPolicies {
+    pub set: PolicySet,
+    knobs: HashMap<String, Knobs>,
+}
+
+impl LoadedPolicies {
+    /// Load the policy directory and check every policy's knobs for a cache of `colours`.
+    pub fn load(config: &DaemonConfig, colours: u32) -> Result<Self, PolicyErrors> {
+        let set = PolicySet::load_dir(&config.policy_dir)?;
+        Self::check(set, config, colours)
+    }
+
+    pub fn check(
+        set: PolicySet,
+        config: &DaemonConfig,
+        colours: u32,
+    ) -> Result<Self, PolicyErrors> {
+        let mut knobs = HashMap::new();
+        let mut errors = Vec::new();
+        for p in set.policies() {
+            let merged = config.knobs.overlay(&p.knobs);
+            let k = merged
+                .resolve::<Knobs>()
+                .and_then(|k| merged.check(&k, |k| k.validate(colours)).map(|()| k));
+            match k {
+                Ok(k) => {
+                    knobs.insert(p.name.clone(), k);
+                }
+                Err(e) => errors.push(e),
+            }
+        }
+        if errors.is_empty() {
+            Ok(LoadedPolicies { set, knobs })
+        } else {
+            Err(PolicyErrors(errors))
+        }
+    }
+
+    /// The first policy that applies to `p`, with its knobs.
+    pub fn matching(&self, p: &ProcessInfo) -> Option<(&Policy, &Knobs)> {
+        let pol = self.set.matching(p)?;
+        Some((pol, self.knobs.get(&pol.name)?))
+    }
+
+    pub fn summaries(&self) -> Vec<PolicySummary> {
+        self.set
+            .policies()
+            .iter()
+            .map(|p| PolicySummary {
+                name: p.name.clone(),
+                file: p.file.display().to_string(),
+            })
+            .collect()
+    }
+}
+
+/// What a target's host is asked to read.
+#[derive(Clone, Copy, Debug)]
+pub enum Query {
+    Profile,
+    Stack { limit: Option<usize> },
+    History,
+}
+
+/// Messages to a host (the task that owns one or more targets' controllers).
+#[derive(Debug)]
+pub enum HostCommand {
+    Query {
+        pid: Pid,
+        query: Query,
+        reply: oneshot::Sender<Result<Value, ErrorReply>>,
+    },
+    Operator {
+        pid: Pid,
+        command: rocs_core::controller::Command,
+        reply: oneshot::Sender<()>,
+    },
+    /// The process is gone (the scanner saw it exit).
+    Exited { pid: Pid },
+    /// Stop serving: release every target, restoring pages first when `restore`.
+    Stop { restore: bool },
+}
+
+/// A target as the registry holds it.
+pub struct TargetEntry {
+    pub summary: Arc<Mutex<TargetSummary>>,
+    pub host: mpsc::Sender<HostCommand>,
+}
+
+/// What rocsd can do on this machine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Capability {
+    /// Sampling and migration.
+    Full,
+    /// No shim: profile and build stacks, never migrate.
+    ObserveAndProfile,
+    /// No PMU: software events only (clearly not a cache profile).
+    ObserveOnly,
+}
+
+impl Capability {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Capability::Full => "full",
+            Capability::ObserveAndProfile => "observe-and-profile",
+            Capability::ObserveOnly => "observe-only",
+        }
+    }
+}
+
+/// The daemon's shared state.
+pub struct Daemon {
+    pub config: DaemonConfig,
+    pub started: Instant,
+    pub capability: Capability,
+    pub notices: Vec<String>,
+    pub llc: Option<CacheGeometry>,
+    pub colours: u32,
+    policies: watch::Sender<Arc<LoadedPolicies>>,
+    targets: Mutex<BTreeMap<Pid, TargetEntry>>,
+    pub targets_seen: AtomicU64,
+    pub targets_exited: AtomicU64,
+    targets_measured: AtomicU64,
+    reloads: AtomicU64,
+    last_reload_error: Mutex<Option<String>>,
+    paused: AtomicBool,
+    /// The rocs group, whose members may read.
+    pub rocs_gid: Option<u32>,
+    reload_lock: tokio::sync::Mutex<()>,
+}
+
+/// How long a host may take to answer a query before the client is told it is busy.
+const HOST_REPLY_TIMEOUT: Duration = Duration::from_secs(5);
+
+impl Daemon {
+    pub fn new(
+        config: DaemonConfig,
+        capability: Capability,
+        notices: Vec<String>,
+        llc: Option<CacheGeometry>,
+        policies: LoadedPolicies,
+    ) -> Arc<Self> {
+        let colours = llc.map_or(1, |g| g.colours());
+        let rocs_gid = nix::unistd::Group::from_name(&config.socket_group)
+            .ok()
+            .flatten()
+            .map(|g| g.gid.as_raw());
+        Arc::new(Daemon {
+            config,
+            started: Instant::now(),
+            capability,
+            notices,
+            llc,
+            colours,
+            policies: watch::channel(Arc::new(policies)).0,
+            targets: Mutex::new(BTreeMap::new()),
+            targets_seen: AtomicU64::new(0),
+            targets_exited: AtomicU64::new(0),
+            targets_measured: AtomicU64::new(0),
+            reloads: AtomicU64::new(0),
+            last_reload_error: Mutex::new(None),
+            paused: AtomicBool::new(false),
+            rocs_gid,
+            reload_lock: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    pub fn platform(&self) -> Platform {
+        self.config.platform
+    }
+
+    pub fn policies(&self) -> Arc<LoadedPolicies> {
+        self.policies.borrow().clone()
+    }
+
+    /// Hosts and the scanner watch this to apply a reload.
+    pub fn subscribe_policies(&self) -> watch::Receiver<Arc<LoadedPolicies>> {
+        self.policies.subscribe()
+    }
+
+    /// New targets start paused while the operator has paused everything.
+    pub fn paused(&self) -> bool {
+        self.paused.load(Ordering::Relaxed)
+    }
+
+    pub fn register(&self, pid: Pid, entry: TargetEntry) {
+        self.targets_seen.fetch_add(1, Ordering::Relaxed);
+        self.targets.lock().unwrap().insert(pid, entry);
+    }
+
+    pub fn unregister(&self, pid: Pid) {
+        if self.targets.lock().unwrap().remove(&pid).is_some() {
+            self.targets_exited.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// A target's events opened and were read (its first window was measured).
+    pub fn note_measured(&self) {
+        self.targets_measured.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn target_count(&self) -> usize {
+        self.targets.lock().unwrap().len()
+    }
+
+    pub fn summaries(&self) -> Vec<TargetSummary> {
+        let targets = self.targets.lock().unwrap();
+        targets
+            .values()
+            .map(|t| t.summary.lock().unwrap().clone())
+            .collect()
+    }
+
+    /// Every host sender (to stop them all).
+    pub fn hosts(&self) -> Vec<mpsc::Sender<HostCommand>> {
+        let targets = self.targets.lock().unwrap();
+        targets.values().map(|t| t.host.clone()).collect()
+    }
+
+    /// The target a user means: a pid, or a command name that only one target has.
+    fn resolve(&self, name: &str) -> Result<(Pid, mpsc::Sender<HostCommand>), ErrorReply> {
+        let targets = self.targets.lock().unwrap();
+        if let Ok(pid) = name.parse::<Pid>() {
+            return match targets.get(&pid) {
+                Some(t) => Ok((pid, t.host.clone())),
+                None => Err(ErrorReply::new(
+                    ErrorCode::NoSuchTarget,
+                    format!("no target with pid {pid}; `rocsctl targets` lists them"),
+                )),
+            };
+        }
+        let found: Vec<_> = targets
+            .iter()
+            .filter(|(_, t)| t.summary.lock().unwrap().comm == name)
+            .map(|(&pid, t)| (pid, t.host.clone()))
+            .collect();
+        match found.len() {
+            1 => Ok(found.into_iter().next().unwrap()),
+            0 => Err(ErrorReply::new(
+                ErrorCode::NoSuchTarget,
+                format!("no target named {name:?}; `rocsctl targets` lists them"),
+            )),
+            n => Err(ErrorReply::new(
+                ErrorCode::AmbiguousTarget,
+                format!(
+                    "{n} targets are named {name:?} (pids {}); name one by pid",
+                    found
+                        .iter()
+                        .map(|(p, _)| p.to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            )),
+        }
+    }
+
+    /// Every target, or the one named.
+    fn resolve_many(
+        &self,
+        name: Option<&str>,
+    ) -> Result<Vec<(Pid, mpsc::Sender<HostCommand>)>, ErrorReply> {
+        match name {
+            Some(n) => Ok(vec![self.resolve(n)?]),
+            None => {
+                let targets = self.targets.lock().unwrap();
+                Ok(targets.iter().map(|(&p, t)| (p, t.host.clone())).collect())
+            }
+        }
+    }
+
+    pub fn status(&self) -> StatusReply {
+        StatusReply {
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            protocol: rocs_config::protocol::PROTOCOL_VERSION,
+            pid: std::process::id(),
+            platform: self.platform().to_string(),
+            uptime_s: self.started.elapsed().as_secs_f64(),
+            capability: self.capability.as_str().to_string(),
+            notices: self.notices.clone(),
+            llc: self.llc,
+            colours: self.colours,
+            policies: self.policies().summaries(),
+            targets: self.target_count(),
+            targets_seen: self.targets_seen.load(Ordering::Relaxed),
+            targets_exited: self.targets_exited.load(Ordering::Relaxed),
+            targets_measured: self.targets_measured.load(Ordering::Relaxed),
+            reloads: self.reloads.load(Ordering::Relaxed),
+            last_reload_error: self.last_reload_error.lock().unwrap().clone(),
+            paused: self.paused(),
+        }
+    }
+
+    /// Re-read the policies. A broken set is refused whole and the policies in force stay.
+    pub async fn reload(&self) -> Result<ReloadReply, ErrorReply> {
+        let _one_at_a_time = self.reload_lock.lock().await;
+        let config = self.config.clone();
+        let colours = self.colours;
+        // Reading files is blocking I/O: keep it off the runtime's workers.
+        let loaded = tokio::task::spawn_blocking(move || LoadedPolicies::load(&config, colours))
+            .await
+            .map_err(|e| {
+                ErrorReply::new(ErrorCode::Internal, format!("reload task failed: {e}"))
+            })?;
+        match loaded {
+            Ok(p) => {
+                let summaries = p.summaries();
+                tracing::info!(
+                    "policies reloaded: {}",
+                    summaries
+                        .iter()
+                        .map(|s| s.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
+                self.policies.send_replace(Arc::new(p));
+                self.reloads.fetch_add(1, Ordering::Relaxed);
+                *self.last_reload_error.lock().unwrap() = None;
+                Ok(ReloadReply {
+                    policies: summaries,
+                })
+            }
+            Err(e) => {
+                let msg = e.to_string();
+                for line in msg.lines() {
+                    tracing::error!("policy reload refused, previous policies stay: {line}");
+                }
+                *self.last_reload_error.lock().unwrap() = Some(msg.clone());
+                Err(ErrorReply::new(
+                    ErrorCode::ReloadFailed,
+                    format!("policies not reloaded (the previous ones stay in force):\n{msg}"),
+                ))
+            }
+        }
+    }
+
+    /// Answer one control request (access was checked by the caller).
+    pub async fn handle(&self, request: Request) -> Result<Value, ErrorReply> {
+        let json = |v: Result<Value, serde_json::Error>| {
+            v.map_err(|e| ErrorReply::new(ErrorCode::Internal, format!("cannot encode: {e}")))
+        };
+        match request {
+            Request::Status => json(serde_json::to_value(self.status())),
+            Request::Targets => json(serde_json::to_value(self.summaries())),
+            Request::Profile { target } => self.query(&target, Query::Profile).await,
+            Request::Stack { target, limit } => self.query(&target, Query::Stack { limit }).await,
+            Request::History { target } => self.query(&target, Query::History).await,
+            Request::Pause { target } => {
+                use rocs_core::controller::Command;
+                self.operator("pause", target.as_deref(), Command::Pause)
+                    .await
+            }
+            Request::Resume { target } => {
+                use rocs_core::controller::Command;
+                self.operator("resume", target.as_deref(), Command::Resume)
+                    .await
+            }
+            Request::Restore { target } => {
+                use rocs_core::controller::Command;
+                self.operator("restore", target.as_deref(), Command::RestoreAll)
+                    .await
+            }
+            Request::Reload => json(serde_json::to_value(self.reload().await?)),
+        }
+    }
+
+    async fn query(&self, target: &str, query: Query) -> Result<Value, ErrorReply> {
+        let (pid, host) = self.resolve(target)?;
+        let (tx, rx) = oneshot::channel();
+        let gone = || {
+            ErrorReply::new(
+                ErrorCode::NoSuchTarget,
+                format!("target {pid} has just exited"),
+            )
+        };
+        host.send(HostCommand::Query {
+            pid,
+            query,
+            reply: tx,
+        })
+        .await
+        .map_err(|_| gone())?;
+        match tokio::time::timeout(HOST_REPLY_TIMEOUT, rx).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(_)) => Err(gone()),
+            Err(_) => Err(ErrorReply::new(
+                ErrorCode::Unavailable,
+                format!("target {pid} did not answer within {HOST_REPLY_TIMEOUT:?}"),
+            )),
+        }
+    }
+
+    async fn operator(
+        &self,
+        action: &str,
+        target: Option<&str>,
+        command: rocs_core::controller::Command,
+    ) -> Result<Value, ErrorReply> {
+        use rocs_core::controller::Command;
+        let targets = self.resolve_many(target)?;
+        if target.is_none() {
+            // The whole daemon: targets found later follow suit.
+            match command {
+                Command::Pause | Command::RestoreAll => self.paused.store(true, Ordering::Relaxed),
+                Command::Resume => self.paused.store(false, Ordering::Relaxed),
+            }
+        }
+        let mut done = Vec::new();
+        for (pid, host) in targets {
+            let (tx, rx) = oneshot::channel();
+            if host
+                .send(HostCommand::Operator {
+                    pid,
+                    command,
+                    reply: tx,
+                })
+                .await
+                .is_ok()
+                && tokio::time::timeout(HOST_REPLY_TIMEOUT, rx)
+                    .await
+                    .is_ok_and(|r| r.is_ok())
+            {
+                done.push(pid);
+            }
+        }
+        tracing::info!(
+            "operator {action} of {}: {} target(s)",
+            target.unwrap_or("all targets"),
+            done.len()
+        );
+        serde_json::to_value(ActionReply {
+            action: action.to_string(),
+            targets: done,
+        })
+        .map_err(|e| ErrorReply::new(ErrorCode::Internal, e.to_string()))
+    }
+}
