@@ -81,6 +81,30 @@ mkdir -p "$INITRD_ROOT"/{bin,sbin,usr/bin,usr/sbin,proc,sys,dev,tmp,root}
 gcc -static -O2 -Wall -Wextra -Werror -pthread -I"$ROOT/kmod-shim/include/uapi" \
     -o "$INITRD_ROOT/shimtest" "$ROOT/tests/vm/guest/shimtest.c"
 cp "$WORK/kmod/rocs_shim.ko" "$INITRD_ROOT/rocs_shim.ko"
+
+# The Rust client too: the ignored live test of crates/rocs-linux/tests/shim_abi.rs, a
+# glibc binary, runs in the guest with the shared libraries it needs copied alongside.
+RUST_CLIENT=0
+if [ "${ROCS_VM_RUST:-1}" = 0 ]; then
+    say "ROCS_VM_RUST=0: the Rust client is not exercised in the guest"
+elif ! command -v cargo >/dev/null; then
+    echo "tests/vm: cargo not found; install Rust, or set ROCS_VM_RUST=0 to test the module alone" >&2
+    exit 2
+else
+    say "building the Rust client's live test (cargo)"
+    client_test=$(cd "$ROOT" && cargo test -q -p rocs-linux --test shim_abi --no-run \
+        --message-format=json 2>"$WORK/cargo.log" |
+        sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1) || true
+    if [ -z "$client_test" ] || [ ! -x "$client_test" ]; then
+        cat "$WORK/cargo.log" >&2; echo "tests/vm: building the Rust client's test failed" >&2; exit 1
+    fi
+    cp "$client_test" "$INITRD_ROOT/shim_client_test"
+    for lib in $(ldd "$client_test" | grep -o '/[^ ]*'); do
+        mkdir -p "$INITRD_ROOT$(dirname "$lib")"
+        cp -L "$lib" "$INITRD_ROOT$lib"
+    done
+    RUST_CLIENT=1
+fi
 cp /bin/busybox "$INITRD_ROOT/bin/busybox"
 cat >"$INITRD_ROOT/init" <<EOF
 #!/bin/busybox sh
@@ -92,6 +116,16 @@ mount -t tmpfs tmp /tmp
 echo ROCS-GUEST-START
 /shimtest /rocs_shim.ko ${ROCS_VM_TESTS:-}
 echo "ROCS-SUITE-EXIT \$?"
+if [ -x /shim_client_test ]; then
+    insmod /rocs_shim.ko
+    if /shim_client_test --ignored --test-threads=1 >/tmp/client.log 2>&1; then
+        echo "ok - rust-client (ShimClient against the module)"
+    else
+        sed 's/^/# /' /tmp/client.log
+        echo "not ok - rust-client: see the lines above"
+    fi
+    rmmod rocs_shim
+fi
 echo ROCS-DMESG-BEGIN
 dmesg
 echo ROCS-DMESG-END
@@ -138,6 +172,7 @@ elif [ "$suite_rc" -gt 1 ]; then
     echo "tests/vm: the guest test program died (exit status $suite_rc)" >&2
     bad=1
 fi
+[ -z "$planned" ] || planned=$((planned + RUST_CLIENT))
 if [ -z "$planned" ] || [ $((passed + failed)) -ne "$planned" ]; then
     echo "tests/vm: ${planned:-?} results planned, $((passed + failed)) reported" >&2
     bad=1

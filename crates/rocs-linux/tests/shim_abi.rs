@@ -219,3 +219,100 @@ fn structs_have_no_implicit_padding() {
     // The ioctl size field has 14 bits.
     assert!(size_of::<abi::Stats>() < 1 << 14);
 }
+
+/// The client against the real module: tests/vm/run.sh runs this (`--ignored`) inside its
+/// qemu guest, where rocs_shim.ko is loaded and /proc/self/pagemap shows frame numbers.
+#[test]
+#[ignore = "needs a loaded rocs_shim (tests/vm/run.sh runs it inside a VM)"]
+fn live_client_moves_pages_and_reports_each() {
+    use rocs_core::{Colour, Errno, Placement, Remapper, VirtPage};
+    use rocs_linux::shim::{ShimClient, ShimConfig, ShimError};
+    use std::io::{Read, Seek, SeekFrom};
+
+    const PAGES: usize = 64;
+    let mut shim = ShimClient::open().expect("open /dev/rocs_shim");
+    assert_eq!(shim.info().unwrap().abi_version, abi::ABI_VERSION);
+    shim.configure(&ShimConfig {
+        colours: 16,
+        pollute: vec![Colour(3), Colour(9)],
+        pool_limit: 1024,
+        prefill: false,
+    })
+    .expect("CONFIGURE");
+    let info = shim.info().unwrap();
+    assert_eq!(
+        (info.colours, info.pollute.clone()),
+        (16, vec![Colour(3), Colour(9)])
+    );
+
+    let page = 1usize << shim.page_shift();
+    // SAFETY: a fresh private anonymous mapping, used only through `mem` below and
+    // unmapped at the end of the test.
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            PAGES * page,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    assert_ne!(base, libc::MAP_FAILED);
+    // SAFETY: `base` is a readable, writable mapping of PAGES * page bytes.
+    let mem = unsafe { std::slice::from_raw_parts_mut(base as *mut u64, PAGES * page / 8) };
+    for (i, w) in mem.iter_mut().enumerate() {
+        *w = (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+    let shift = shim.page_shift();
+    let mut pages: Vec<VirtPage> = (0..PAGES)
+        .map(|i| VirtPage::containing(base as u64 + (i * page) as u64, shift))
+        .collect();
+    // One page nobody mapped: its own error, the others unaffected.
+    pages.push(VirtPage(1));
+
+    let pagemap_colour = |p: VirtPage| -> u32 {
+        let mut f = std::fs::File::open("/proc/self/pagemap").unwrap();
+        f.seek(SeekFrom::Start(p.0 * 8)).unwrap();
+        let mut e = [0u8; 8];
+        f.read_exact(&mut e).unwrap();
+        let e = u64::from_le_bytes(e);
+        assert!(e >> 63 == 1, "page not present");
+        (e & ((1 << 55) - 1)) as u32 % 16
+    };
+
+    for to in [Placement::Pollute, Placement::Restore, Placement::Pollute] {
+        let results = shim.migrate(0, &pages, to).expect("MIGRATE");
+        assert_eq!(results.len(), PAGES + 1);
+        assert_eq!(results[PAGES], Err(Errno::EFAULT));
+        let queried = shim.query(0, &pages).expect("QUERY");
+        for (i, r) in results[..PAGES].iter().enumerate() {
+            let Ok(Colour(c)) = *r else {
+                panic!("page {i}: {r:?}")
+            };
+            assert_eq!(
+                c == 3 || c == 9,
+                to == Placement::Pollute,
+                "page {i} on colour {c}"
+            );
+            assert_eq!(pagemap_colour(pages[i]), c, "page {i}: pagemap disagrees");
+            assert_eq!(queried[i], Ok(Colour(c)), "page {i}: QUERY disagrees");
+        }
+    }
+    assert!(mem
+        .iter()
+        .enumerate()
+        .all(|(i, w)| *w == (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)));
+    let stats = shim.stats().expect("STATS");
+    assert!(stats.migrated_pollute >= PAGES as u64 && stats.migrated_restore >= PAGES as u64 / 2);
+    assert_eq!(stats.held_by_colour.len(), 16);
+    assert_eq!(stats.held_by_colour.iter().sum::<u64>(), stats.pool_frames);
+
+    assert!(matches!(
+        shim.migrate(0x7fff_fff0, &pages[..1], Placement::Pollute),
+        Err(ShimError::TargetGone { pid: 0x7fff_fff0 })
+    ));
+    assert!(shim.migrate(0, &[], Placement::Pollute).unwrap().is_empty());
+    // SAFETY: the mapping made above, no longer used.
+    unsafe { libc::munmap(base, PAGES * page) };
+}
