@@ -13,6 +13,7 @@ need=()
 command -v valgrind >/dev/null || need+=(valgrind)
 command -v perf >/dev/null || need+=(linux-perf)
 command -v xz >/dev/null || need+=(xz-utils)
+command -v systemd-analyze >/dev/null || need+=(systemd)  # rocsd.service verify (daemon/tests/service.rs)
 if [ ${#need[@]} -gt 0 ]; then
     step "installing ${need[*]}"
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null

@@ -56,6 +56,8 @@ fn main() -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .max_blocking_threads(8)
+        // Scans and simulated windows use the blocking pool briefly; idle threads go soon.
+        .thread_keep_alive(Duration::from_secs(1))
         .enable_all()
         .build()
     {
