@@ -149,6 +149,20 @@ impl Ring {
     }
 }
 
+impl Ring {
+    /// Look at the pending records without consuming them.
+    pub fn peek(&self, f: impl FnMut(RawRecord<'_>)) {
+        let (head_a, tail_a) = self.head_tail();
+        let head = head_a.load(Ordering::Acquire);
+        let tail = tail_a.load(Ordering::Relaxed);
+        // SAFETY: as in `drain`; the tail is not moved, so the kernel keeps the records.
+        let data =
+            unsafe { std::slice::from_raw_parts(self.base.add(self.data_offset), self.data_size) };
+        let mut scratch = Box::new([0u8; 65536]);
+        drain_records(data, tail, head, &mut scratch, f);
+    }
+}
+
 impl Drop for Ring {
     fn drop(&mut self) {
         // SAFETY: unmapping exactly the mapping created in `map`.

@@ -71,6 +71,9 @@ struct Session {
     counters: Vec<Counter>,
     sampling_fds: Vec<RawFd>,
     rings: Vec<Ring>,
+    ring_fd_of_cpu: HashMap<usize, RawFd>,
+    /// Threads given their own events (others are followed by inherit).
+    threads: Vec<u32>,
     requested_period: u64,
     budget: f64,
     pending: SampleLoss,
@@ -232,141 +235,208 @@ impl LinuxSampler {
         Ok(std::mem::take(&mut s.pending))
     }
 
-    fn open_all(&self, pid: Pid, period: u64) -> Result<Session, SamplerError> {
-        let tids = threads(pid).map_err(|_| SamplerError::NoSuchProcess(pid))?;
-        let cpus = online_cpus();
+    /// A session with its decoder, before any event is open.
+    fn new_session(&self, period: u64) -> (Session, OpenState) {
         let mut decoder = Decoder::new();
-        // One decoder kind per sampling spec, in plan order.
-        let mut kind_of: Vec<Option<usize>> = Vec::new();
         let mut extra = 0;
         if self.plan.phys_addr && effective_caps() & (1 << CAP_SYS_ADMIN) != 0 {
             extra = SAMPLE_PHYS_ADDR;
         }
-        let wanted_extra = extra;
-        for spec in self.plan.events() {
-            kind_of.push(spec.samples.then(|| {
-                decoder.add_kind(EventKind {
-                    format: SampleFormat::simple(spec.sample_type | extra),
-                    source: spec.source,
-                    drop_kernel_addresses: spec.pmu_type != TYPE_SOFTWARE && !spec.exclude_kernel,
+        // One decoder kind per sampling spec, in plan order.
+        let kind_of = self
+            .plan
+            .events()
+            .map(|spec| {
+                spec.samples.then(|| {
+                    decoder.add_kind(EventKind {
+                        format: SampleFormat::simple(spec.sample_type | extra),
+                        source: spec.source,
+                        drop_kernel_addresses: spec.pmu_type != TYPE_SOFTWARE
+                            && !spec.exclude_kernel,
+                    })
                 })
-            }));
-        }
-        let mut counters = Vec::new();
-        let mut sampling_fds = Vec::new();
-        let mut rings: Vec<Ring> = Vec::new();
-        let mut ring_fd_of_cpu: HashMap<usize, RawFd> = HashMap::new();
-        let mut specs: Vec<EventSpec> = self.plan.events().cloned().collect();
-        let mut first = true;
-        for &tid in &tids {
-            for &cpu in &cpus {
-                let mut spec_index = 0;
-                for group in &self.plan.groups {
-                    let mut leader: Option<Counter> = None;
-                    let mut members = Vec::new();
-                    for _ in group {
-                        let i = spec_index;
-                        spec_index += 1;
-                        let target = Target {
-                            pid: tid as i32,
-                            cpu: Some(cpu),
-                            inherit: true,
-                        };
-                        let open = |spec: &EventSpec, extra: u64, leader: Option<&mut Counter>| {
-                            open_event(spec, target, period, extra, leader)
-                        };
-                        let mut result = open(&specs[i], extra, leader.as_mut());
-                        if first {
-                            // Fall back once, for the whole session, where the kernel
-                            // refuses optional extras: physical addresses, kernel-mode
-                            // faults on user pages.
-                            if result.is_err() && extra != 0 {
-                                extra = 0;
-                                result = open(&specs[i], 0, leader.as_mut());
-                            }
-                            if let Err(e) = &result {
-                                if matches!(
-                                    e.raw_os_error(),
-                                    Some(libc::EACCES) | Some(libc::EPERM)
-                                ) && !specs[i].exclude_kernel
-                                {
-                                    for s in specs.iter_mut() {
-                                        s.exclude_kernel = true;
-                                    }
-                                    result = open(&specs[i], extra, leader.as_mut());
-                                }
-                            }
-                        }
-                        let counter = match result {
-                            Ok(c) => c,
-                            // A thread that exited between the scan and the open.
-                            Err(e) if e.raw_os_error() == Some(libc::ESRCH) && tid != pid => {
-                                break;
-                            }
-                            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {
-                                return Err(SamplerError::NoSuchProcess(pid))
-                            }
-                            Err(e) => {
-                                return Err(SamplerError::Open(explain_open_error(
-                                    &e,
-                                    &format!("`{}` on pid {pid}", specs[i].name),
-                                )))
-                            }
-                        };
-                        first = false;
-                        if let Some(k) = kind_of[i] {
-                            decoder.add_id(counter.id(), k);
-                            let fd = counter.as_raw_fd();
-                            sampling_fds.push(fd);
-                            match ring_fd_of_cpu.get(&cpu) {
-                                Some(&ring_fd) => {
-                                    ioctl_set_output(fd, ring_fd).map_err(SamplerError::Ring)?
-                                }
-                                None => {
-                                    rings.push(
-                                        Ring::map(fd, self.ring_pages)
-                                            .map_err(SamplerError::Ring)?,
-                                    );
-                                    ring_fd_of_cpu.insert(cpu, fd);
-                                }
-                            }
-                        }
-                        if leader.is_none() {
-                            leader = Some(counter);
-                        } else {
-                            members.push(counter);
-                        }
-                    }
-                    counters.extend(leader);
-                    counters.append(&mut members);
-                }
-            }
-        }
-        if extra != wanted_extra {
-            // Physical addresses were refused: the samples carry none.
-            decoder.strip_sample_bits(wanted_extra);
-        }
-        let stats = SamplingStats {
-            period,
-            events: counters.len() as u64,
-            rings: rings.len() as u64,
-            ..Default::default()
-        };
-        Ok(Session {
+            })
+            .collect();
+        let session = Session {
             decoder,
-            counters,
-            sampling_fds,
-            rings,
+            counters: Vec::new(),
+            sampling_fds: Vec::new(),
+            rings: Vec::new(),
+            ring_fd_of_cpu: HashMap::new(),
+            threads: Vec::new(),
             requested_period: period,
             budget: 0.0,
             pending: SampleLoss::default(),
-            stats,
+            stats: SamplingStats {
+                period,
+                ..Default::default()
+            },
             exited: false,
             window_start: Instant::now(),
             window_samples: 0,
             window_user: Duration::ZERO,
-        })
+        };
+        let state = OpenState {
+            specs: self.plan.events().cloned().collect(),
+            kind_of,
+            extra,
+            wanted_extra: extra,
+            first: true,
+        };
+        (session, state)
     }
+
+    /// Open the plan's events for one thread on every CPU, with inherit, into the
+    /// session's per-CPU rings. The events start disabled.
+    fn attach_thread(
+        &self,
+        s: &mut Session,
+        st: &mut OpenState,
+        pid: Pid,
+        tid: u32,
+        cpus: &[usize],
+    ) -> Result<Vec<Counter>, SamplerError> {
+        let period = s.requested_period;
+        let mut opened = Vec::new();
+        for &cpu in cpus {
+            let mut spec_index = 0;
+            for group in &self.plan.groups {
+                let mut leader: Option<Counter> = None;
+                let mut members = Vec::new();
+                for _ in group {
+                    let i = spec_index;
+                    spec_index += 1;
+                    let target = Target {
+                        pid: tid as i32,
+                        cpu: Some(cpu),
+                        inherit: true,
+                    };
+                    let mut result =
+                        open_event(&st.specs[i], target, period, st.extra, leader.as_mut());
+                    if st.first {
+                        // Fall back once, for the whole session, where the kernel refuses
+                        // optional extras: physical addresses, kernel-mode faults on
+                        // user pages.
+                        if result.is_err() && st.extra != 0 {
+                            st.extra = 0;
+                            result = open_event(&st.specs[i], target, period, 0, leader.as_mut());
+                        }
+                        if let Err(e) = &result {
+                            if matches!(e.raw_os_error(), Some(libc::EACCES) | Some(libc::EPERM))
+                                && !st.specs[i].exclude_kernel
+                            {
+                                st.specs.iter_mut().for_each(|s| s.exclude_kernel = true);
+                                result = open_event(
+                                    &st.specs[i],
+                                    target,
+                                    period,
+                                    st.extra,
+                                    leader.as_mut(),
+                                );
+                            }
+                        }
+                    }
+                    let counter = match result {
+                        Ok(c) => c,
+                        // A thread that exited between the scan and the open.
+                        Err(e) if e.raw_os_error() == Some(libc::ESRCH) && tid != pid => {
+                            return Ok(opened);
+                        }
+                        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {
+                            return Err(SamplerError::NoSuchProcess(pid))
+                        }
+                        Err(e) => {
+                            return Err(SamplerError::Open(explain_open_error(
+                                &e,
+                                &format!("`{}` on pid {pid}", st.specs[i].name),
+                            )))
+                        }
+                    };
+                    st.first = false;
+                    if let Some(k) = st.kind_of[i] {
+                        s.decoder.add_id(counter.id(), k);
+                        let fd = counter.as_raw_fd();
+                        s.sampling_fds.push(fd);
+                        match s.ring_fd_of_cpu.get(&cpu) {
+                            Some(&ring_fd) => {
+                                ioctl_set_output(fd, ring_fd).map_err(SamplerError::Ring)?
+                            }
+                            None => {
+                                s.rings.push(
+                                    Ring::map(fd, self.ring_pages).map_err(SamplerError::Ring)?,
+                                );
+                                s.ring_fd_of_cpu.insert(cpu, fd);
+                            }
+                        }
+                    }
+                    if leader.is_none() {
+                        leader = Some(counter);
+                    } else {
+                        members.push(counter);
+                    }
+                }
+                opened.extend(leader);
+                opened.append(&mut members);
+            }
+        }
+        s.threads.push(tid);
+        Ok(opened)
+    }
+
+    /// Open and enable events for every thread of `pid`. Threads created after their
+    /// creator's events exist are followed by inherit (the kernel writes a FORK record
+    /// for them into our rings); a thread that appeared while we were attaching, without
+    /// such a record, was created before and gets its own events.
+    fn open_all(&self, pid: Pid, period: u64) -> Result<Session, SamplerError> {
+        let cpus = online_cpus();
+        let (mut session, mut state) = self.new_session(period);
+        let mut pending: Vec<u32> = threads(pid).map_err(|_| SamplerError::NoSuchProcess(pid))?;
+        for _round in 0..8 {
+            for &tid in &pending {
+                let mut opened = self.attach_thread(&mut session, &mut state, pid, tid, &cpus)?;
+                for c in &mut opened {
+                    c.enable().map_err(|e| {
+                        SamplerError::Open(explain_open_error(&e, "enabling the events"))
+                    })?;
+                }
+                session.counters.append(&mut opened);
+            }
+            let mut forked = Vec::new();
+            for ring in &session.rings {
+                ring.peek(|rec| {
+                    if let Ok(Decoded::Fork { pid: p, tid }) = session.decoder.decode(rec, None) {
+                        if p == pid {
+                            forked.push(tid);
+                        }
+                    }
+                });
+            }
+            let now = threads(pid).map_err(|_| SamplerError::NoSuchProcess(pid))?;
+            pending = now
+                .into_iter()
+                .filter(|t| !session.threads.contains(t) && !forked.contains(t))
+                .collect();
+            if pending.is_empty() {
+                break;
+            }
+        }
+        if state.extra != state.wanted_extra {
+            // Physical addresses were refused: the samples carry none.
+            session.decoder.strip_sample_bits(state.wanted_extra);
+        }
+        session.stats.events = session.counters.len() as u64;
+        session.stats.rings = session.rings.len() as u64;
+        Ok(session)
+    }
+}
+
+/// What opening events learnt so far (fallbacks apply to the whole session).
+struct OpenState {
+    specs: Vec<EventSpec>,
+    kind_of: Vec<Option<usize>>,
+    extra: u64,
+    wanted_extra: u64,
+    first: bool,
 }
 
 impl Sampler for LinuxSampler {
@@ -389,10 +459,6 @@ impl Sampler for LinuxSampler {
         };
         let mut session = self.open_all(pid, period)?;
         session.budget = plan.cpu_budget;
-        for c in &mut session.counters {
-            c.enable()
-                .map_err(|e| SamplerError::Open(explain_open_error(&e, "enabling the events")))?;
-        }
         self.sessions.insert(pid, session);
         Ok(())
     }

@@ -225,3 +225,104 @@ fn counting_groups_follow_the_target() {
         assert!(err.contains("does not support"), "{err}");
     }
 }
+
+/// Each thread: map 1 MiB, touch every page once, report (tid, start, end, created after
+/// sampling started).
+fn touching_thread(started: &std::sync::atomic::AtomicBool) -> (u32, u64, u64, bool) {
+    let after = started.load(std::sync::atomic::Ordering::SeqCst);
+    // SAFETY: gettid has no preconditions.
+    let tid = unsafe { libc::gettid() } as u32;
+    // Fresh anonymous pages every time (malloc would reuse memory already faulted in).
+    let len = 1 << 20;
+    // SAFETY: a new private anonymous mapping, written within its length, unmapped below.
+    unsafe {
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        );
+        assert_ne!(p, libc::MAP_FAILED);
+        let b = p as *mut u8;
+        for i in (0..len).step_by(4096) {
+            b.add(i).write_volatile(1);
+        }
+        libc::munmap(p, len);
+        (tid, p as u64, p as u64 + len as u64, after)
+    }
+}
+
+#[test]
+fn threads_are_counted_once_even_when_created_while_attaching() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let me = std::process::id();
+    let started = Arc::new(AtomicBool::new(false));
+    // A thread that keeps creating short-lived touching threads, before, during and
+    // after `start`.
+    let spawner = {
+        let started = started.clone();
+        std::thread::spawn(move || {
+            let mut done = Vec::new();
+            for _ in 0..60 {
+                let s = started.clone();
+                done.push(
+                    std::thread::spawn(move || touching_thread(&s))
+                        .join()
+                        .unwrap(),
+                );
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            done
+        })
+    };
+    std::thread::sleep(Duration::from_millis(50));
+    let mut sampler = LinuxSampler::new(software_page_fault_plan());
+    sampler
+        .start(
+            me,
+            &SamplingPlan {
+                period: 1,
+                cpu_budget: 1.0,
+            },
+        )
+        .unwrap();
+    started.store(true, Ordering::SeqCst);
+    let mut samples = Vec::new();
+    while !spawner.is_finished() {
+        sampler.drain(me, &mut samples).unwrap();
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let done = spawner.join().unwrap();
+    sampler.drain(me, &mut samples).unwrap();
+    let stats = sampler.stats(me).unwrap();
+    sampler.stop(me).unwrap();
+    assert_eq!(stats.lost, 0, "{stats:?}");
+    let mut after = 0;
+    for (tid, lo, hi, created_after) in done {
+        let mut per_page: std::collections::HashMap<u64, u32> = Default::default();
+        for s in samples
+            .iter()
+            .filter(|s| s.tid == tid && s.vaddr >= lo && s.vaddr < hi)
+        {
+            *per_page.entry(s.vaddr >> 12).or_default() += 1;
+        }
+        // Never counted twice (inherited and attached); never missed once sampling runs.
+        assert!(
+            per_page.values().all(|&n| n == 1),
+            "thread {tid}: a page counted twice"
+        );
+        if created_after {
+            after += 1;
+            assert_eq!(
+                per_page.len(),
+                256,
+                "thread {tid} created after start: {} of 256 pages",
+                per_page.len()
+            );
+        }
+    }
+    assert!(after > 0, "some threads were created after start");
+}
