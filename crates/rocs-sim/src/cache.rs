@@ -113,7 +113,10 @@ impl Cache {
             h ^= h >> 17;
             h = h.wrapping_mul(0x9E37_79B9_7F4A_7C15);
             h ^= h >> 29;
-            (h % self.slices) * (self.set_mask + 1) + set_in_slice
+            // Map the mixed hash onto 0..slices by multiply-shift (no division; slice
+            // counts need not be powers of two).
+            let slice = ((h as u128 * self.slices as u128) >> 64) as u64;
+            slice * (self.set_mask + 1) + set_in_slice
         };
         set as usize * self.ways
     }

@@ -122,3 +122,39 @@ fn sampler_reports_llc_hits_and_misses_and_counters_give_deltas() {
     m.drain(pid, &mut out).unwrap();
     assert!(out.is_empty(), "stopped sampling takes no samples");
 }
+
+#[test]
+fn machine_can_move_to_another_thread() {
+    fn assert_send<T: Send>() {}
+    assert_send::<Machine>();
+}
+
+#[test]
+fn a_trace_replays_with_frames_and_its_pages_can_be_migrated() {
+    use rocs_sim::{TraceFormat, TraceInput, TraceSpec};
+    let trace = "I  00400000,4\n L 00801000,8\n S 00802000,8\n L 00801ffc,8\n";
+    let p = MachineProfile::resolve("tiny").unwrap();
+    let mut m = Machine::from_trace(
+        &p,
+        TraceSpec {
+            input: TraceInput::Reader(Box::new(std::io::Cursor::new(trace.as_bytes().to_vec()))),
+            format: TraceFormat::Lackey,
+            repeat: 1,
+            identity_map: false,
+        },
+        1,
+    )
+    .unwrap();
+    m.run_to_end().unwrap();
+    let pid = m.pids()[0];
+    let pages = m.pages(pid).unwrap();
+    // Pages touched: 0x400 (the fetch), 0x801, 0x802 (also by 0x801ffc + 8, which crosses
+    // into it).
+    assert_eq!(
+        pages,
+        vec![VirtPage(0x400), VirtPage(0x801), VirtPage(0x802)]
+    );
+    assert_eq!(m.totals().l1d_accesses, 3);
+    let res = m.migrate(pid, &pages, Placement::Pollute).unwrap();
+    assert!(res.iter().all(|r| *r == Ok(Colour(15))), "{res:?}");
+}
