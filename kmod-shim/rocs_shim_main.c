@@ -35,7 +35,7 @@
 #include "rocs_shim.h"
 
 /* Pages handed to one migrate_vma_setup; bounds the time a range stays unmapped. */
-#define ROCS_BATCH 128
+#define ROCS_BATCH 512
 
 static unsigned int colours = 32;
 module_param(colours, uint, 0444);
