@@ -457,7 +457,7 @@ static long rocs_ioctl_pages(void __user *argp, bool migrate)
 
 	entries = kvmalloc_array(req.count, sizeof(*entries), GFP_KERNEL);
 	status = kvmalloc_array(req.count, sizeof(*status), GFP_KERNEL);
-	call = kzalloc(sizeof(*call), GFP_KERNEL);
+	call = kvzalloc(sizeof(*call), GFP_KERNEL);
 	err = -ENOMEM;
 	if (!entries || !status || !call)
 		goto out;
@@ -504,7 +504,7 @@ static long rocs_ioctl_pages(void __user *argp, bool migrate)
 		goto out;
 	err = 0;
 out:
-	kfree(call);
+	kvfree(call);
 	kvfree(status);
 	kvfree(entries);
 	return err;
