@@ -16,8 +16,8 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use rocs_config::DaemonConfig;
 use rocs_core::{
-    CacheGeometry, Command, CounterDelta, Counters, Knobs, MemSample, PageResult, Pid, Placement,
-    Remapper, SampleLoss, Sampler, SamplingPlan, VirtPage,
+    CacheGeometry, Colour, Command, CounterDelta, Counters, Knobs, MemSample, PageResult, Pid,
+    Placement, Remapper, SampleLoss, Sampler, SamplingPlan, VirtPage,
 };
 use rocs_linux::counters::CounterEvents;
 use rocs_linux::plan::software_page_fault_plan;
@@ -41,6 +41,8 @@ pub struct LinuxSetup {
     plan: EventPlan,
     counter_events: CounterEvents,
     shim: Option<Arc<Mutex<ShimClient>>>,
+    /// The colours the shim's pollute buffer was configured with.
+    shim_pollute: Vec<Colour>,
     page_shift: u32,
 }
 
@@ -86,6 +88,7 @@ impl LinuxSetup {
                 ),
             };
 
+        let mut shim_pollute = Vec::new();
         let shim = match ShimClient::open() {
             Ok(client) => {
                 // The buffer's colours come from the default knobs; policies that name other
@@ -95,6 +98,7 @@ impl LinuxSetup {
                     .pollute_colours
                     .resolve(llc.colours())
                     .map_err(|e| anyhow::anyhow!("default knobs: {e}"))?;
+                shim_pollute = pollute.clone();
                 client
                     .configure(&ShimConfig {
                         colours: llc.colours(),
@@ -127,6 +131,7 @@ impl LinuxSetup {
             plan,
             counter_events,
             shim,
+            shim_pollute,
             page_shift: page_size.trailing_zeros(),
         })
     }
@@ -196,6 +201,7 @@ struct Shared {
     plan: EventPlan,
     counter_events: CounterEvents,
     shim: Option<Arc<Mutex<ShimClient>>>,
+    shim_pollute: Vec<Colour>,
     page_shift: u32,
     colours: u32,
     window: Duration,
@@ -212,6 +218,7 @@ pub fn start(
         plan: setup.plan,
         counter_events: setup.counter_events,
         shim: setup.shim,
+        shim_pollute: setup.shim_pollute,
         page_shift: setup.page_shift,
         colours: daemon.colours,
         window: Duration::from_millis(daemon.config.window_ms),
@@ -373,6 +380,16 @@ async fn run_target(
         shim: shared.shim.clone(),
     };
     tracing::info!(pid, comm = %comm, "attached under policy {policy}");
+    if shared.shim.is_some() && driver.controller().pollute_colours() != shared.shim_pollute {
+        tracing::warn!(
+            pid,
+            comm = %comm,
+            "policy {policy} names pollute colours {:?}, but the shim's buffer is {:?} (from \
+             rocsd.toml's [knobs]): pages go to the shim's",
+            driver.controller().pollute_colours(),
+            shared.shim_pollute
+        );
+    }
     daemon.register(
         pid,
         TargetEntry {
