@@ -10,8 +10,10 @@ use std::time::Instant;
 
 use anyhow::Context;
 use clap::{Args, Subcommand, ValueEnum};
+use rocs_core::SearchMode;
+use rocs_sim::closed_loop::{self, Comparison, LoopConfig, Modes, OracleRun, RocsRun};
 use rocs_sim::{
-    builtin_machines, builtin_workloads, Machine, MachineProfile, RunStats, TraceFormat,
+    builtin_machines, builtin_workloads, Machine, MachineProfile, RunStats, SimError, TraceFormat,
     TraceInput, TraceSpec, Workload,
 };
 use serde::Serialize;
@@ -27,6 +29,83 @@ pub enum SimCommand {
     Run(RunArgs),
     /// Replay a memory trace (valgrind lackey --trace-mem=yes) on a simulated machine.
     Trace(TraceArgs),
+    /// Evaluate rocs like the ROCS paper: every workload of a suite, on ppc970fx and
+    /// xeon-like, baseline / rocs (adaptive and linear search) / oracle. Writes a Markdown
+    /// table and SVG charts.
+    Eval(EvalArgs),
+}
+
+/// How rocs runs in the closed loop.
+#[derive(Args, Clone)]
+pub struct LoopArgs {
+    /// How the controller searches for k.
+    #[arg(long, value_enum, default_value_t = SearchArg::Adaptive)]
+    pub search: SearchArg,
+    /// Controller windows per baseline run (window = baseline cycles / this).
+    #[arg(long, default_value_t = LoopConfig::default().windows_per_run)]
+    pub windows: u64,
+    /// Oracle: evenly spaced candidate k per profile (plus region boundaries, rocs's choice
+    /// and a refinement around the best).
+    #[arg(long, default_value_t = LoopConfig::default().oracle_grid)]
+    pub oracle_grid: usize,
+}
+
+impl LoopArgs {
+    fn config(&self) -> anyhow::Result<LoopConfig> {
+        if self.windows == 0 {
+            anyhow::bail!("--windows must be at least 1");
+        }
+        if self.oracle_grid == 0 {
+            anyhow::bail!("--oracle-grid must be at least 1");
+        }
+        let mut cfg = LoopConfig {
+            windows_per_run: self.windows,
+            oracle_grid: self.oracle_grid,
+            ..LoopConfig::default()
+        };
+        cfg.knobs.search = match self.search {
+            SearchArg::Linear => SearchMode::Linear,
+            SearchArg::Adaptive => SearchMode::Adaptive,
+        };
+        Ok(cfg)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum SearchArg {
+    /// ROCS Algorithm 1.
+    Linear,
+    /// Coarse-to-fine over k, k = 0 always a candidate.
+    Adaptive,
+}
+
+#[derive(Args)]
+pub struct EvalArgs {
+    /// The set of workloads: `paper` (the built-ins modelled on the ROCS paper's programs).
+    #[arg(long, default_value = "paper")]
+    pub suite: String,
+    /// Machines to evaluate on.
+    #[arg(long, value_delimiter = ',', default_value = "ppc970fx,xeon-like")]
+    pub machines: Vec<String>,
+    /// Multiply the workloads' length.
+    #[arg(long, default_value_t = 1.0)]
+    pub scale: f64,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Controller windows per baseline run.
+    #[arg(long, default_value_t = LoopConfig::default().windows_per_run)]
+    pub windows: u64,
+    /// Oracle: evenly spaced candidate k per profile.
+    #[arg(long, default_value_t = LoopConfig::default().oracle_grid)]
+    pub oracle_grid: usize,
+    /// Workloads evaluated at the same time (each on its own thread).
+    #[arg(long, default_value_t = 1)]
+    pub jobs: usize,
+    /// Write README.md (the table), speedup-MACHINE.svg and evaluation.json here.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args)]
@@ -46,6 +125,8 @@ pub struct RunArgs {
     /// Multiply the workload's length (e.g. 0.1 for a quick run).
     #[arg(long, default_value_t = 1.0)]
     pub scale: f64,
+    #[command(flatten)]
+    pub closed_loop: LoopArgs,
     #[arg(long)]
     pub json: bool,
 }
@@ -56,12 +137,23 @@ pub struct RunArgs {
 pub enum Mode {
     /// No rocs: pages stay on the frames the allocator gave them.
     Baseline,
+    /// rocs's controller online (the baseline runs too: it sets the window and the
+    /// speedup).
+    Rocs,
+    /// The best offline k for rocs's profile (ROCS's Best Offline; runs baseline and rocs
+    /// too, whose profile it uses).
+    Oracle,
+    /// Baseline, rocs and oracle.
+    All,
 }
 
 impl Mode {
     pub fn name(self) -> &'static str {
         match self {
             Mode::Baseline => "baseline",
+            Mode::Rocs => "rocs",
+            Mode::Oracle => "oracle",
+            Mode::All => "all",
         }
     }
 }
@@ -84,6 +176,11 @@ pub struct TraceArgs {
     pub repeat: u32,
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// What to run (modes other than baseline need a trace file: they replay it again).
+    #[arg(long, value_enum, default_value_t = Mode::Baseline)]
+    pub mode: Mode,
+    #[command(flatten)]
+    pub closed_loop: LoopArgs,
     #[arg(long)]
     pub json: bool,
 }
@@ -114,6 +211,12 @@ pub struct ModeReport {
     pub sim_accesses: u64,
     pub wall_seconds: f64,
     pub processes: Vec<rocs_sim::ProcessStats>,
+    /// rocs only: what the controller did.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub rocs: Option<RocsRun>,
+    /// oracle only: the best k.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub oracle: Option<OracleRun>,
 }
 
 impl ModeReport {
@@ -136,6 +239,8 @@ impl ModeReport {
             sim_accesses: t.accesses,
             wall_seconds,
             processes: t.processes,
+            rocs: None,
+            oracle: None,
         }
     }
 }
@@ -150,6 +255,15 @@ pub struct RunReport {
     pub sim_accesses_per_sec: f64,
     /// One entry per mode run, keyed by mode name.
     pub modes: std::collections::BTreeMap<String, ModeReport>,
+    /// baseline cycles / rocs cycles.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub speedup: Option<f64>,
+    /// baseline cycles / oracle cycles.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub oracle_speedup: Option<f64>,
+    /// oracle cycles / rocs cycles.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fraction_of_oracle: Option<f64>,
 }
 
 impl RunReport {
@@ -166,7 +280,33 @@ impl RunReport {
                 0.0
             },
             modes: modes.into_iter().collect(),
+            speedup: None,
+            oracle_speedup: None,
+            fraction_of_oracle: None,
         }
+    }
+
+    /// The report of a closed-loop comparison.
+    fn from_comparison(workload: String, machine: String, seed: u64, c: Comparison) -> Self {
+        let mut modes = vec![(
+            "baseline".to_string(),
+            ModeReport::from_stats(c.baseline.stats, c.baseline.wall_seconds),
+        )];
+        if let Some(r) = c.rocs {
+            let mut m = ModeReport::from_stats(r.stats.clone(), r.wall_seconds);
+            m.rocs = Some(r);
+            modes.push(("rocs".into(), m));
+        }
+        if let Some(o) = c.oracle {
+            let mut m = ModeReport::from_stats(o.stats.clone(), o.wall_seconds);
+            m.oracle = Some(o);
+            modes.push(("oracle".into(), m));
+        }
+        let mut r = RunReport::new(workload, machine, seed, modes);
+        r.speedup = c.speedup;
+        r.oracle_speedup = c.oracle_speedup;
+        r.fraction_of_oracle = c.fraction_of_oracle;
+        r
     }
 
     fn print(&self) {
@@ -196,6 +336,28 @@ impl RunReport {
                     "", m.l1i_accesses, m.l1i_misses, m.llc_data_misses
                 );
             }
+            if let Some(r) = &m.rocs {
+                println!(
+                    "{:>10}  {} search: {} pages confined of {} profiled, {} search windows, {} pages migrated, overhead {} cycles, {} profiles, {} phase changes",
+                    "",
+                    r.search,
+                    r.pages_confined,
+                    r.pages_profiled,
+                    r.search_windows,
+                    r.migrations,
+                    r.overhead_cycles,
+                    r.profiles,
+                    r.phase_changes
+                );
+            }
+            if let Some(o) = &m.oracle {
+                println!(
+                    "{:>10}  best k = {} ({} candidates tried)",
+                    "",
+                    o.k,
+                    o.candidates.len()
+                );
+            }
             if m.processes.len() > 1 {
                 for p in &m.processes {
                     println!(
@@ -209,6 +371,12 @@ impl RunReport {
                 }
             }
         }
+        if let Some(x) = self.speedup {
+            println!("speedup {x:.4}");
+        }
+        if let (Some(o), Some(f)) = (self.oracle_speedup, self.fraction_of_oracle) {
+            println!("oracle speedup {o:.4}, fraction of oracle {f:.4}");
+        }
     }
 }
 
@@ -217,6 +385,7 @@ pub fn run(cmd: SimCommand) -> anyhow::Result<ExitCode> {
         SimCommand::List { json } => list(json),
         SimCommand::Run(args) => run_workload(args),
         SimCommand::Trace(args) => run_trace(args),
+        SimCommand::Eval(args) => eval(args),
     }
 }
 
@@ -277,7 +446,23 @@ pub fn run_mode(
 ) -> anyhow::Result<ModeReport> {
     match mode {
         Mode::Baseline => run_baseline(profile, workload, seed),
+        Mode::Rocs | Mode::Oracle | Mode::All => {
+            anyhow::bail!("mode {} runs through the closed loop", mode.name())
+        }
     }
+}
+
+fn modes_of(mode: Mode) -> Modes {
+    Modes {
+        rocs: matches!(mode, Mode::Rocs | Mode::All),
+        oracle: matches!(mode, Mode::Oracle | Mode::All),
+    }
+}
+
+/// Progress of a long run, on standard error.
+fn progress(prefix: String) -> impl FnMut(&str) {
+    let start = Instant::now();
+    move |what: &str| eprintln!("[{:>6.1}s] {prefix}{what}", start.elapsed().as_secs_f64())
 }
 
 fn run_baseline(
@@ -301,13 +486,26 @@ fn run_workload(args: RunArgs) -> anyhow::Result<ExitCode> {
         anyhow::bail!("--scale must be a positive number, got {}", args.scale);
     }
     workload = workload.scaled(args.scale);
-    let report = run_mode(args.mode, &profile, &workload, args.seed)?;
-    let report = RunReport::new(
-        workload.name.clone(),
-        profile.name.clone(),
-        args.seed,
-        vec![(args.mode.name().to_string(), report)],
-    );
+    let report = if args.mode == Mode::Baseline {
+        let report = run_mode(args.mode, &profile, &workload, args.seed)?;
+        RunReport::new(
+            workload.name.clone(),
+            profile.name.clone(),
+            args.seed,
+            vec![(args.mode.name().to_string(), report)],
+        )
+    } else {
+        let cfg = args.closed_loop.config()?;
+        let make = || Machine::new(&profile, &workload, args.seed);
+        let c = closed_loop::compare(
+            &make,
+            &cfg,
+            modes_of(args.mode),
+            &mut progress(format!("{}: ", workload.name)),
+        )
+        .with_context(|| format!("running {} in mode {}", workload.name, args.mode.name()))?;
+        RunReport::from_comparison(workload.name.clone(), profile.name.clone(), args.seed, c)
+    };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
@@ -324,6 +522,43 @@ fn run_trace(args: TraceArgs) -> anyhow::Result<ExitCode> {
         TraceInput::File(PathBuf::from(&args.file))
     };
     let TraceFormatArg::Lackey = args.format;
+    if args.mode != Mode::Baseline {
+        if args.file == "-" {
+            anyhow::bail!(
+                "--mode {} replays the trace several times: give a trace file, not standard input",
+                args.mode.name()
+            );
+        }
+        let cfg = args.closed_loop.config()?;
+        let path = PathBuf::from(&args.file);
+        let make = || -> Result<Machine, SimError> {
+            Machine::from_trace(
+                &profile,
+                TraceSpec {
+                    input: TraceInput::File(path.clone()),
+                    format: TraceFormat::Lackey,
+                    repeat: args.repeat,
+                    identity_map: args.identity_map,
+                },
+                args.seed,
+            )
+        };
+        let name = make()?.workload_name().to_string();
+        let c = closed_loop::compare(
+            &make,
+            &cfg,
+            modes_of(args.mode),
+            &mut progress(format!("{name}: ")),
+        )
+        .with_context(|| format!("replaying {} in mode {}", args.file, args.mode.name()))?;
+        let report = RunReport::from_comparison(name, profile.name.clone(), args.seed, c);
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&report)?);
+        } else {
+            report.print();
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     let spec = TraceSpec {
         input,
         format: TraceFormat::Lackey,
@@ -345,6 +580,129 @@ fn run_trace(args: TraceArgs) -> anyhow::Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         report.print();
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The workloads of an evaluation suite.
+fn suite(name: &str) -> anyhow::Result<Vec<&'static str>> {
+    match name {
+        // The paper's programs, our two programs with nothing to gain, phases, two tenants.
+        "paper" => Ok(builtin_workloads()),
+        other => anyhow::bail!("unknown suite {other:?}; known suites: paper"),
+    }
+}
+
+fn eval(args: EvalArgs) -> anyhow::Result<ExitCode> {
+    if !(args.scale.is_finite() && args.scale > 0.0) {
+        anyhow::bail!("--scale must be a positive number, got {}", args.scale);
+    }
+    if args.jobs == 0 {
+        anyhow::bail!("--jobs must be at least 1");
+    }
+    let workloads = suite(&args.suite)?;
+    let cfg = LoopArgs {
+        search: SearchArg::Adaptive,
+        windows: args.windows,
+        oracle_grid: args.oracle_grid,
+    }
+    .config()?;
+    let machines = args
+        .machines
+        .iter()
+        .map(|m| MachineProfile::resolve(m))
+        .collect::<Result<Vec<_>, _>>()?;
+    let loaded = workloads
+        .iter()
+        .map(|w| Ok(Workload::resolve(w)?.scaled(args.scale)))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    // Every (machine, workload) pair is independent: run them on `jobs` threads, each pair
+    // deterministic by itself, and keep the rows in suite order.
+    let pairs: Vec<(&MachineProfile, &Workload)> = machines
+        .iter()
+        .flat_map(|m| loaded.iter().map(move |w| (m, w)))
+        .collect();
+    let total = pairs.len();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let results: std::sync::Mutex<Vec<Option<anyhow::Result<closed_loop::EvalRow>>>> =
+        std::sync::Mutex::new((0..total).map(|_| None).collect());
+    std::thread::scope(|scope| {
+        for _ in 0..args.jobs.min(total) {
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(&(machine, workload)) = pairs.get(i) else {
+                    break;
+                };
+                let make = || Machine::new(machine, workload, args.seed);
+                let mut report = progress(format!(
+                    "[{}/{total}] {} {}: ",
+                    i + 1,
+                    machine.name,
+                    workload.name
+                ));
+                let row =
+                    closed_loop::evaluate(&machine.name, &workload.name, &make, &cfg, &mut report)
+                        .with_context(|| {
+                            format!("evaluating {} on {}", workload.name, machine.name)
+                        });
+                if let Ok(r) = &row {
+                    report(&format!(
+                        "done: speedup {:.3} (linear {:.3}), oracle {:.3}",
+                        r.adaptive.speedup, r.linear.speedup, r.oracle_speedup
+                    ));
+                }
+                results.lock().expect("no thread panicked")[i] = Some(row);
+            });
+        }
+    });
+    let rows = results
+        .into_inner()
+        .expect("no thread panicked")
+        .into_iter()
+        .map(|r| r.expect("every pair ran"))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let mut command = format!("rocsctl sim eval --suite {}", args.suite);
+    if args.machines != ["ppc970fx", "xeon-like"] {
+        command += &format!(" --machines {}", args.machines.join(","));
+    }
+    if args.scale != 1.0 {
+        command += &format!(" --scale {}", args.scale);
+    }
+    if args.seed != 1 {
+        command += &format!(" --seed {}", args.seed);
+    }
+    if args.windows != LoopConfig::default().windows_per_run {
+        command += &format!(" --windows {}", args.windows);
+    }
+    if args.oracle_grid != LoopConfig::default().oracle_grid {
+        command += &format!(" --oracle-grid {}", args.oracle_grid);
+    }
+    if let Some(dir) = &args.out {
+        command += &format!(" --out {}", dir.display());
+    }
+    let evaluation =
+        closed_loop::Evaluation::new(command, args.seed, args.scale, args.windows, rows);
+    let markdown = evaluation.markdown();
+    if let Some(dir) = &args.out {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        let write = |name: String, text: &str| {
+            let path = dir.join(name);
+            std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))
+        };
+        write("README.md".into(), &markdown)?;
+        for m in evaluation.machines() {
+            write(format!("speedup-{m}.svg"), &evaluation.svg(&m))?;
+        }
+        write(
+            "evaluation.json".into(),
+            &(serde_json::to_string_pretty(&evaluation)? + "\n"),
+        )?;
+        eprintln!("wrote {}", dir.display());
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&evaluation)?);
+    } else {
+        print!("{markdown}");
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -188,6 +188,11 @@ pub struct Stats {
     pub phase_changes: u64,
 }
 
+/// Steady windows without phase watch after a search that confined nothing (doubling for
+/// each such search in a row, up to the maximum).
+const FRUITLESS_COOLDOWN: u32 = 8;
+const FRUITLESS_COOLDOWN_MAX: u32 = 512;
+
 /// Most events kept in the history (the oldest go first).
 const HISTORY_CAP: usize = 4096;
 
@@ -202,6 +207,8 @@ pub struct Controller {
     observe_streak: u32,
     profile: PageProfile,
     profile_windows: u32,
+    /// Pages in the profile at the end of the previous profile window.
+    profile_pages_seen: usize,
     build: StackBuild,
     confined: BTreeSet<VirtPage>,
     /// Ordinary pages found in the pollute colours (the allocator put them there); moved
@@ -226,6 +233,12 @@ pub struct Controller {
     final_k: Option<usize>,
     search_started_at: u64,
     phase: PhaseDetector,
+    /// Windows observed in the current Steady stretch.
+    steady_windows: u32,
+    /// Steady windows to wait before watching for phase changes.
+    cooldown: u32,
+    /// Searches in a row that confined nothing.
+    fruitless: u32,
     /// A move was made just before this window: not a clean phase reference.
     skip_window: bool,
     restoring: bool,
@@ -252,6 +265,7 @@ impl Controller {
             observe_streak: 0,
             profile: PageProfile::new(page_shift),
             profile_windows: 0,
+            profile_pages_seen: 0,
             build: StackBuild::default(),
             confined: BTreeSet::new(),
             squatters: BTreeSet::new(),
@@ -267,6 +281,9 @@ impl Controller {
             search_started_at: 0,
             phase: PhaseDetector::new(knobs.phase_band, knobs.phase_windows),
             skip_window: false,
+            steady_windows: 0,
+            cooldown: 0,
+            fruitless: 0,
             restoring: false,
             in_flight: 0,
             budget_left: knobs.page_budget,
@@ -381,7 +398,15 @@ impl Controller {
             State::Observe if ran => self.observe_window(&delta, out),
             State::Profile => {
                 self.profile_windows += 1;
-                if self.profile_windows >= self.knobs.profile_windows {
+                // A profile lasts at least `profile_windows`, and goes on (up to
+                // `profile_max_windows`) while each window still finds many new pages: a
+                // sweep over a large array reaches its pages one window after another.
+                let pages = self.profile.len();
+                let new_pages = pages - std::mem::replace(&mut self.profile_pages_seen, pages);
+                let saturated = new_pages as f64 <= self.knobs.profile_saturation * pages as f64;
+                if self.profile_windows >= self.knobs.profile_max_windows
+                    || (self.profile_windows >= self.knobs.profile_windows && saturated)
+                {
                     self.finish_profile(out);
                 }
             }
@@ -415,6 +440,10 @@ impl Controller {
                 if self.in_flight > 0 || std::mem::take(&mut self.skip_window) {
                     return;
                 }
+                self.steady_windows += 1;
+                if self.steady_windows <= self.cooldown {
+                    return;
+                }
                 if self.phase.observe(delta.ipc(), delta.mpki()) == PhaseVerdict::Changed {
                     self.stats.phase_changes += 1;
                     let reason = format!(
@@ -424,12 +453,29 @@ impl Controller {
                         self.knobs.phase_band * 100.0,
                         self.knobs.phase_windows
                     );
-                    self.start_profile(reason, out);
+                    if self.worth_profiling(&delta) {
+                        self.start_profile(reason, out);
+                    } else {
+                        self.observe_streak = 0;
+                        let reason =
+                            format!("{reason}; the new phase misses too little to profile");
+                        self.transition(State::Observe, reason, out);
+                    }
                 }
             }
             State::Paused if self.restoring => self.restore_batch(out),
             _ => {}
         }
+    }
+
+    /// Whether a window misses enough (both thresholds) to be worth profiling.
+    fn worth_profiling(&self, delta: &CounterDelta) -> bool {
+        let miss_rate = if delta.llc_references == 0 {
+            0.0
+        } else {
+            delta.llc_misses as f64 / delta.llc_references as f64
+        };
+        miss_rate >= self.knobs.min_llc_miss_rate && delta.mpki() >= self.knobs.min_mpki
     }
 
     fn observe_window(&mut self, delta: &CounterDelta, out: &mut Vec<Action>) {
@@ -439,7 +485,7 @@ impl Controller {
             delta.llc_misses as f64 / delta.llc_references as f64
         };
         let mpki = delta.mpki();
-        if miss_rate >= self.knobs.min_llc_miss_rate && mpki >= self.knobs.min_mpki {
+        if self.worth_profiling(delta) {
             self.observe_streak += 1;
         } else {
             self.observe_streak = 0;
@@ -460,6 +506,7 @@ impl Controller {
     fn start_profile(&mut self, reason: String, out: &mut Vec<Action>) {
         self.profile.clear();
         self.profile_windows = 0;
+        self.profile_pages_seen = 0;
         self.failed.clear();
         self.stats.profiles += 1;
         self.transition(State::Profile, reason, out);
@@ -602,6 +649,16 @@ impl Controller {
 
     fn enter_steady(&mut self, reason: String, out: &mut Vec<Action>) {
         self.phase.reset();
+        self.steady_windows = 0;
+        // A search that found nothing makes the next one less urgent: phase changes are
+        // ignored for a while, twice as long after each fruitless search in a row.
+        let fruitful = !self.confined.is_empty();
+        self.fruitless = if fruitful { 0 } else { self.fruitless + 1 };
+        self.cooldown = if self.fruitless == 0 {
+            0
+        } else {
+            (FRUITLESS_COOLDOWN << (self.fruitless - 1).min(6)).min(FRUITLESS_COOLDOWN_MAX)
+        };
         self.transition(State::Steady, reason, out);
     }
 

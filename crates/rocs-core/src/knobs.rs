@@ -103,8 +103,14 @@ pub struct Knobs {
     pub sample_cpu_budget: f64,
     /// Consecutive windows over both thresholds needed to leave Observe.
     pub observe_windows: u32,
-    /// Windows of precise sampling per profile.
+    /// Windows of precise sampling per profile, at least.
     pub profile_windows: u32,
+    /// Windows of precise sampling per profile, at most: the profile goes on past
+    /// `profile_windows` while a window adds more than `profile_saturation` new pages.
+    pub profile_max_windows: u32,
+    /// Fraction of new pages (relative to the pages profiled so far) below which one more
+    /// window is not worth its sampling cost.
+    pub profile_saturation: f64,
     /// LLC samples a page needs to be ranked on its own; pages with fewer are merged into
     /// a neighbouring region.
     pub min_samples_per_page: u32,
@@ -157,6 +163,8 @@ impl Default for Knobs {
             sample_cpu_budget: 0.01,
             observe_windows: 1,
             profile_windows: 2,
+            profile_max_windows: 8,
+            profile_saturation: 0.05,
             min_samples_per_page: 4,
             region_merge_tolerance: 0.10,
             region_max_gap: 4,
@@ -170,7 +178,7 @@ impl Default for Knobs {
             min_mpki: 1.0,
             phase_band: 0.15,
             phase_windows: 2,
-            search_max_repeats: 3,
+            search_max_repeats: 2,
             search_noise_floor: 0.003,
             dry_run: false,
         }
@@ -232,6 +240,13 @@ impl Knobs {
                 return Err(KnobError::Zero(name));
             }
         }
+        if self.profile_max_windows < self.profile_windows {
+            return Err(KnobError::OutOfRange {
+                name: "profile_max_windows",
+                value: self.profile_max_windows as f64,
+                expected: "at least profile_windows",
+            });
+        }
         if self.linear_step == Some(0) {
             return Err(KnobError::StepZero);
         }
@@ -252,6 +267,7 @@ impl Knobs {
         in_unit("region_merge_tolerance", self.region_merge_tolerance)?;
         in_unit("min_llc_miss_rate", self.min_llc_miss_rate)?;
         in_unit("search_noise_floor", self.search_noise_floor)?;
+        in_unit("profile_saturation", self.profile_saturation)?;
         if !(self.min_mpki.is_finite() && self.min_mpki >= 0.0) {
             return Err(KnobError::OutOfRange {
                 name: "min_mpki",
@@ -328,6 +344,13 @@ mod tests {
             bad(|k| k.min_llc_miss_rate = 1.5),
             KnobError::OutOfRange {
                 name: "min_llc_miss_rate",
+                ..
+            }
+        ));
+        assert!(matches!(
+            bad(|k| k.profile_max_windows = 1),
+            KnobError::OutOfRange {
+                name: "profile_max_windows",
                 ..
             }
         ));

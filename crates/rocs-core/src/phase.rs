@@ -3,7 +3,12 @@
 use serde::{Deserialize, Serialize};
 
 /// Windows averaged into a phase's reference.
-const REFERENCE_WINDOWS: u32 = 2;
+const REFERENCE_WINDOWS: u32 = 3;
+
+/// A window is outside the band only if it is also this many standard deviations (of the
+/// reference windows) away: programs whose windows vary a lot by themselves are not
+/// changing phase every window.
+const NOISE_SIGMAS: f64 = 4.0;
 
 /// MPKI differences are judged against at least this much MPKI, so that a program with
 /// almost no misses does not change phase on every stray miss.
@@ -29,6 +34,8 @@ pub struct PhaseDetector {
     windows: u32,
     sum_ipc: f64,
     sum_mpki: f64,
+    sq_ipc: f64,
+    sq_mpki: f64,
     learned: u32,
     strikes: u32,
 }
@@ -42,6 +49,8 @@ impl PhaseDetector {
             windows: windows.max(1),
             sum_ipc: 0.0,
             sum_mpki: 0.0,
+            sq_ipc: 0.0,
+            sq_mpki: 0.0,
             learned: 0,
             strikes: 0,
         }
@@ -62,15 +71,33 @@ impl PhaseDetector {
         })
     }
 
+    /// Standard deviations of IPC and MPKI over the reference windows.
+    fn spread(&self) -> (f64, f64) {
+        let n = self.learned.max(1) as f64;
+        let sd = |sum: f64, sq: f64| {
+            let m = sum / n;
+            (sq / n - m * m).max(0.0).sqrt() * (n / (n - 1.0).max(1.0)).sqrt()
+        };
+        (
+            sd(self.sum_ipc, self.sq_ipc),
+            sd(self.sum_mpki, self.sq_mpki),
+        )
+    }
+
     pub fn observe(&mut self, ipc: f64, mpki: f64) -> PhaseVerdict {
         let Some((ref_ipc, ref_mpki)) = self.reference() else {
             self.sum_ipc += ipc;
             self.sum_mpki += mpki;
+            self.sq_ipc += ipc * ipc;
+            self.sq_mpki += mpki * mpki;
             self.learned += 1;
             return PhaseVerdict::Learning;
         };
-        let ipc_out = (ipc - ref_ipc).abs() > self.band * ref_ipc.max(f64::MIN_POSITIVE);
-        let mpki_out = (mpki - ref_mpki).abs() > self.band * ref_mpki.max(MPKI_FLOOR);
+        let (sd_ipc, sd_mpki) = self.spread();
+        let ipc_out = (ipc - ref_ipc).abs()
+            > (self.band * ref_ipc.max(f64::MIN_POSITIVE)).max(NOISE_SIGMAS * sd_ipc);
+        let mpki_out = (mpki - ref_mpki).abs()
+            > (self.band * ref_mpki.max(MPKI_FLOOR)).max(NOISE_SIGMAS * sd_mpki);
         if !(ipc_out || mpki_out) {
             self.strikes = 0;
             return PhaseVerdict::Within;
@@ -96,6 +123,7 @@ mod tests {
         let mut d = PhaseDetector::new(0.15, 2);
         assert_eq!(d.observe(1.0, 10.0), PhaseVerdict::Learning);
         assert_eq!(d.observe(1.02, 10.0), PhaseVerdict::Learning);
+        assert_eq!(d.observe(0.99, 10.1), PhaseVerdict::Learning);
         assert_eq!(d.observe(1.1, 11.0), PhaseVerdict::Within);
         // One spike is not a phase.
         assert_eq!(d.observe(0.5, 10.0), PhaseVerdict::Outside { strikes: 1 });
@@ -103,5 +131,19 @@ mod tests {
         assert_eq!(d.observe(1.0, 30.0), PhaseVerdict::Outside { strikes: 1 });
         assert_eq!(d.observe(1.0, 30.0), PhaseVerdict::Changed);
         assert_eq!(d.observe(1.0, 30.0), PhaseVerdict::Learning);
+    }
+
+    #[test]
+    fn a_noisy_program_is_not_a_new_phase_every_window() {
+        let mut d = PhaseDetector::new(0.15, 2);
+        for ipc in [1.0, 0.75, 1.25] {
+            assert_eq!(d.observe(ipc, 10.0), PhaseVerdict::Learning);
+        }
+        // ±30% is within this program's own spread (sd 0.25).
+        for ipc in [0.7, 1.3, 0.72, 1.28] {
+            assert_eq!(d.observe(ipc, 10.0), PhaseVerdict::Within);
+        }
+        assert_eq!(d.observe(3.0, 10.0), PhaseVerdict::Outside { strikes: 1 });
+        assert_eq!(d.observe(3.0, 10.0), PhaseVerdict::Changed);
     }
 }

@@ -262,6 +262,13 @@ impl AdaptiveSearch {
                     let ipc = m.mean(k).expect("measured");
                     let past_peak = best != k && ipc < best_ipc - self.margin(m, k, best);
                     if past_peak || i + 1 == self.coarse.len() {
+                        // Nothing in the coarse pass beats k = 0 beyond noise: refining
+                        // would only spend windows at worse placements. Confirm instead.
+                        let base = m.mean(0).expect("measured");
+                        if best == 0 || best_ipc - base <= self.margin(m, best, 0) {
+                            self.stage = Stage::Confirm;
+                            continue;
+                        }
                         // Bracket the best point by its measured neighbours.
                         let ks: Vec<usize> = m.iter().map(|(k, _, _)| k).collect();
                         let j = ks

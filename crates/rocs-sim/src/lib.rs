@@ -7,6 +7,7 @@
 //! against it exactly as against a real machine.
 
 pub mod cache;
+pub mod closed_loop;
 pub mod error;
 pub mod frames;
 pub mod machine;
