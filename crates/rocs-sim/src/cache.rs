@@ -137,7 +137,7 @@ impl Cache {
     #[inline(always)]
     pub fn access(&mut self, addr: u64, size: u64) -> bool {
         let first = addr >> self.line_shift;
-        let last = (addr + size.max(1) - 1) >> self.line_shift;
+        let last = addr.saturating_add(size.max(1) - 1) >> self.line_shift;
         if first == last {
             self.access_line(first)
         } else {
@@ -244,7 +244,7 @@ impl Cache {
     /// Drop every line of the physical range `[start, start + len)`.
     pub fn invalidate_range(&mut self, start: u64, len: u64) {
         let first = start >> self.line_shift;
-        let last = (start + len - 1) >> self.line_shift;
+        let last = start.saturating_add(len.max(1) - 1) >> self.line_shift;
         for line in first..=last {
             self.invalidate_line(line);
         }

@@ -658,7 +658,7 @@ impl TraceProc {
 
                 if split {
                     let first = page_size - (ev.addr & (page_size - 1));
-                    let p2 = self.translate(frames, ev.addr + first, page_shift)?;
+                    let p2 = self.translate(frames, ev.addr.wrapping_add(first), page_shift)?;
                     let a = instr_ref(&mut st.core, llc, &mut st.c, ev.addr, paddr, first);
                     let b = instr_ref(
                         &mut st.core,
@@ -677,7 +677,7 @@ impl TraceProc {
                 st.c.accesses += 1;
                 let served = if split {
                     let first = page_size - (ev.addr & (page_size - 1));
-                    let p2 = self.translate(frames, ev.addr + first, page_shift)?;
+                    let p2 = self.translate(frames, ev.addr.wrapping_add(first), page_shift)?;
                     let a = data_ref(&mut st.core, llc, &mut st.c, ev.addr, paddr, first);
                     let b = data_ref(
                         &mut st.core,

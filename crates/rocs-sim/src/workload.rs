@@ -295,8 +295,11 @@ impl Workload {
                             ));
                         }
                     }
-                    Pattern::PointerChase if r.size.0 / r.elem as u64 > u32::MAX as u64 => {
-                        return Err(at("pointer-chase has too many elements (max 2^32)".into()));
+                    // The chain is a table of 4 bytes per element: keep it under 256 MiB.
+                    Pattern::PointerChase if r.size.0 / r.elem as u64 > 1 << 26 => {
+                        return Err(at(
+                            "pointer-chase has too many elements (at most 2^26: raise elem)".into(),
+                        ));
                     }
                     _ => {}
                 }

@@ -150,3 +150,35 @@ fn mcf_and_twolf_like_gain_nothing_from_confining() {
         }
     }
 }
+
+#[test]
+fn phased_alternates_between_two_distinct_phases_and_noisy_neighbour_hurts_its_victim() {
+    use rocs_core::Counters;
+    let mut m = Machine::new(&ppc(), &workload("phased"), 1).unwrap();
+    let pid = m.pids()[0];
+    let mut mpki = Vec::new();
+    while m.run_for(50_000_000) {
+        mpki.push(m.read(pid).unwrap().mpki());
+    }
+    let hi = mpki.iter().cloned().fold(0.0, f64::max);
+    let lo = mpki.iter().cloned().fold(f64::MAX, f64::min);
+    assert!(hi > 1.6 * lo, "window MPKI {mpki:?}");
+    // The MPKI goes high, low, and high again (the phases repeat).
+    let first_low = mpki.iter().position(|&v| v < 0.7 * hi).unwrap();
+    assert!(mpki[first_low..].iter().any(|&v| v > 0.9 * hi), "{mpki:?}");
+
+    let base = baseline("noisy-neighbour").totals();
+    let mut m = Machine::new(&ppc(), &workload("noisy-neighbour"), 1).unwrap();
+    let neighbour = m.pids()[1];
+    let pages = m.region_pages(neighbour, "buffer").unwrap();
+    m.migrate(neighbour, &pages, Placement::Pollute).unwrap();
+    m.run_to_end().unwrap();
+    let t = m.totals();
+    let victim_gain = t.processes[0].ipc() / base.processes[0].ipc() - 1.0;
+    in_band(
+        "victim speedup with the neighbour confined",
+        victim_gain,
+        0.1,
+        1.0,
+    );
+}
