@@ -8,11 +8,11 @@ use anyhow::{bail, Context};
 use clap::{Subcommand, ValueEnum};
 use rocs_core::{MissRateStack, Sampler, SamplingPlan};
 use rocs_linux::doctor::{self, Status};
-use rocs_linux::geometry::{detect_geometry, page_size};
+use rocs_linux::geometry::page_size;
 use rocs_linux::plan::software_page_fault_plan;
 use rocs_linux::{
-    read_perf_data, select_plan, CpuInfo, EventChoice, ImportSummary, KernelVersion, LinuxSampler,
-    PageTable, PmuInventory, SamplingStats,
+    detect_geometry_here, machine_plan, read_perf_data, EventChoice, ImportSummary, LinuxSampler,
+    PageTable, SamplingStats,
 };
 use serde::Serialize;
 
@@ -132,9 +132,7 @@ fn doctor_cmd(json: bool) -> anyhow::Result<ExitCode> {
 }
 
 fn geometry_cmd(json: bool) -> anyhow::Result<ExitCode> {
-    let cpu = CpuInfo::detect().context("reading /proc/cpuinfo")?;
-    let g = detect_geometry(Path::new("/sys"), &cpu, page_size(), None)
-        .context("detecting the cache geometry")?;
+    let g = detect_geometry_here(None).context("detecting the cache geometry")?;
     if json {
         println!("{}", serde_json::to_string_pretty(&g)?);
         return Ok(ExitCode::SUCCESS);
@@ -305,25 +303,20 @@ fn record_cmd(
     }
     let plan = match event {
         EventArg::PageFaults => software_page_fault_plan(),
-        EventArg::Auto => {
-            let cpu = CpuInfo::detect().context("reading /proc/cpuinfo")?;
-            let pmus = PmuInventory::read(Path::new("/sys"));
-            let kernel = KernelVersion::running().unwrap_or(KernelVersion::new(0, 0, 0));
-            match select_plan(&cpu, &pmus, kernel, EventChoice::Auto) {
-                Ok(p) if p.live_unsupported.is_none() => p,
-                Ok(p) => {
-                    eprintln!(
-                        "rocsctl: warning: {}; using the page-fault plan instead",
-                        p.live_unsupported.unwrap_or_default()
-                    );
-                    software_page_fault_plan()
-                }
-                Err(e) => {
-                    eprintln!("rocsctl: warning: {}; using the page-fault plan, which does NOT measure cache misses", e.why);
-                    software_page_fault_plan()
-                }
+        EventArg::Auto => match machine_plan(EventChoice::Auto) {
+            Ok(p) if p.live_unsupported.is_none() => p,
+            Ok(p) => {
+                eprintln!(
+                    "rocsctl: warning: {}; using the page-fault plan instead",
+                    p.live_unsupported.unwrap_or_default()
+                );
+                software_page_fault_plan()
             }
-        }
+            Err(e) => {
+                eprintln!("rocsctl: warning: {}; using the page-fault plan, which does NOT measure cache misses", e.why);
+                software_page_fault_plan()
+            }
+        },
     };
     let measures_llc = plan.measures_llc;
     let label = plan.label.clone();

@@ -208,6 +208,14 @@ pub fn detect_geometry(
     })
 }
 
+/// `detect_geometry` for the machine this runs on (/sys, /proc/cpuinfo, its page size).
+pub fn detect_geometry_here(
+    override_: Option<CacheGeometry>,
+) -> Result<DetectedGeometry, GeometryDetectError> {
+    let cpu = CpuInfo::detect().unwrap_or_else(|_| CpuInfo::parse(""));
+    detect_geometry(Path::new("/sys"), &cpu, page_size(), override_)
+}
+
 /// The page size of this system.
 pub fn page_size() -> u64 {
     // SAFETY: sysconf has no memory-safety preconditions.

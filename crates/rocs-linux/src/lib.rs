@@ -23,9 +23,11 @@ pub mod target;
 
 pub use counters::{CounterEvents, CountersError, LinuxCounters};
 pub use cpu::{CpuInfo, KernelVersion, Vendor};
-pub use geometry::{detect_geometry, DetectedGeometry, GeometryDetectError};
+pub use geometry::{detect_geometry, detect_geometry_here, DetectedGeometry, GeometryDetectError};
 pub use pagetable::PageTable;
 pub use perfdata::{parse_perf_data, read_perf_data, ImportSummary, PerfDataError};
-pub use plan::{select_plan, EventChoice, EventPlan, EventSpec, NoPlan, PlanKind, SourceRule};
+pub use plan::{
+    machine_plan, select_plan, EventChoice, EventPlan, EventSpec, NoPlan, PlanKind, SourceRule,
+};
 pub use pmu::{PmuDevice, PmuInventory};
 pub use sampler::{LinuxSampler, SamplerError, SamplingStats};

@@ -120,6 +120,14 @@ pub fn select_plan(
     }
 }
 
+/// The plan for the machine this runs on: /proc/cpuinfo, /sys and the running kernel.
+pub fn machine_plan(choice: EventChoice) -> Result<EventPlan, NoPlan> {
+    let cpu = CpuInfo::detect().unwrap_or_else(|_| CpuInfo::parse(""));
+    let pmus = PmuInventory::read(std::path::Path::new("/sys"));
+    let kernel = KernelVersion::running().unwrap_or(KernelVersion::new(0, 0, 0));
+    select_plan(&cpu, &pmus, kernel, choice)
+}
+
 /// The plan that works everywhere perf_event does: page faults with their address.
 pub fn software_page_fault_plan() -> EventPlan {
     EventPlan {
