@@ -158,3 +158,54 @@ fn a_trace_replays_with_frames_and_its_pages_can_be_migrated() {
     let res = m.migrate(pid, &pages, Placement::Pollute).unwrap();
     assert!(res.iter().all(|r| *r == Ok(Colour(15))), "{res:?}");
 }
+
+#[test]
+fn sampling_stays_within_its_cpu_budget_by_raising_the_period() {
+    let p = MachineProfile::resolve("tiny").unwrap();
+    let w = Workload::from_toml("small.toml", SMALL)
+        .unwrap()
+        .scaled(20.0);
+    let mut m = Machine::new(&p, &w, 2).unwrap();
+    let pid = m.pids()[0];
+    m.start(
+        pid,
+        &SamplingPlan {
+            period: 1,
+            cpu_budget: 0.01,
+        },
+    )
+    .unwrap();
+    let mut out = Vec::new();
+    let mut throttled = 0;
+    for _ in 0..40 {
+        m.run_for(10_000_000);
+        throttled += m.drain(pid, &mut out).unwrap().throttled;
+    }
+    assert!(throttled > 0, "the period was raised");
+    // After adapting, the last windows cost about the budget, not the 1-sample-per-event cost.
+    let t0 = m.totals();
+    m.run_for(50_000_000);
+    let t1 = m.totals();
+    assert!(!m.finished() && t1.cycles > t0.cycles + 40_000_000);
+    let share = (t1.sampling_overhead_cycles - t0.sampling_overhead_cycles) as f64
+        / (t1.cycles - t0.cycles) as f64;
+    assert!(share < 0.03, "sampling share {share}");
+}
+
+#[test]
+fn ipc_noise_perturbs_window_counts_but_not_the_run() {
+    let p = MachineProfile::resolve("xeon-like").unwrap();
+    assert!(p.pmu.ipc_noise > 0.0);
+    let w = Workload::from_toml("small.toml", SMALL).unwrap();
+    let mut m = Machine::new(&p, &w, 1).unwrap();
+    let pid = m.pids()[0];
+    let mut reported = 0;
+    while m.run_for(200_000) {
+        reported += m.read(pid).unwrap().cycles;
+    }
+    reported += m.read(pid).unwrap().cycles;
+    let exact = m.totals().cycles;
+    assert_ne!(reported, exact, "noise was added");
+    let rel = (reported as f64 - exact as f64).abs() / exact as f64;
+    assert!(rel < 0.01, "noise averages out: {rel}");
+}
