@@ -26,7 +26,7 @@ use rocs_linux::{
     detect_geometry, select_plan, CountersError, CpuInfo, EventChoice, EventPlan, KernelVersion,
     LinuxCounters, LinuxSampler, PmuInventory, SamplerError,
 };
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
 use crate::driver::TargetDriver;
@@ -237,11 +237,43 @@ struct Attached {
 /// The result of matching one process: its policy name and knobs, if any.
 type Verdict = Option<(String, Knobs)>;
 
+/// A scan to make (all processes again?, with these policies), and where to answer: the
+/// processes gone, and a verdict for each new or changed one.
+type ScanRequest = (
+    bool,
+    Arc<LoadedPolicies>,
+    oneshot::Sender<(Vec<Pid>, Vec<(Pid, String, Verdict)>)>,
+);
+
 async fn scan_loop(daemon: Arc<Daemon>, shared: Arc<Shared>, mut shutdown: watch::Receiver<bool>) {
     let mut policies = daemon.subscribe_policies();
     let mut tick = tokio::time::interval(Duration::from_millis(daemon.config.scan_interval_ms));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut scanner = Some(Scanner::new());
+    // Reading /proc is blocking I/O: one thread of its own does it, for as long as this
+    // loop runs (a fixed thread rather than the runtime's pool, so that rocsd's thread count
+    // does not wander with the load).
+    let (scan_requests, scan_rx) = std::sync::mpsc::channel::<ScanRequest>();
+    let scanner_thread = std::thread::Builder::new()
+        .name("rocsd-scan".into())
+        .spawn(move || {
+            let mut scanner = Scanner::new();
+            for (all, loaded, reply) in scan_rx {
+                let delta = scanner.scan(all);
+                let verdicts: Vec<(Pid, String, Verdict)> = delta
+                    .check
+                    .into_iter()
+                    .map(|(pid, comm)| {
+                        let v = verdict(&loaded, pid, &comm);
+                        (pid, comm, v)
+                    })
+                    .collect();
+                let _ = reply.send((delta.gone, verdicts));
+            }
+        });
+    if let Err(e) = scanner_thread {
+        tracing::error!("cannot start the /proc scanner thread: {e}");
+        return;
+    }
     let mut attached: HashMap<Pid, Attached> = HashMap::new();
     let mut rescan_all = false;
     loop {
@@ -254,32 +286,16 @@ async fn scan_loop(daemon: Arc<Daemon>, shared: Arc<Shared>, mut shutdown: watch
             _ = tick.tick() => {}
         }
         let loaded = daemon.policies();
-        // Reading /proc is blocking I/O: keep it off the runtime's workers.
-        let mut s = scanner
-            .take()
-            .expect("the scanner is put back after every scan");
         let all = std::mem::take(&mut rescan_all);
-        let result = tokio::task::spawn_blocking(move || {
-            let delta = s.scan(all);
-            let verdicts: Vec<(Pid, String, Verdict)> = delta
-                .check
-                .into_iter()
-                .map(|(pid, comm)| {
-                    let v = verdict(&loaded, pid, &comm);
-                    (pid, comm, v)
-                })
-                .collect();
-            (s, delta.gone, verdicts)
-        })
-        .await;
-        let (s, gone, verdicts) = match result {
-            Ok(r) => r,
-            Err(e) => {
-                tracing::error!("the /proc scan failed: {e}");
-                break;
-            }
+        let (reply_tx, reply_rx) = oneshot::channel();
+        if scan_requests.send((all, loaded, reply_tx)).is_err() {
+            tracing::error!("the /proc scanner thread is gone");
+            break;
+        }
+        let Ok((gone, verdicts)) = reply_rx.await else {
+            tracing::error!("the /proc scanner thread failed");
+            break;
         };
-        scanner = Some(s);
         for pid in gone {
             if let Some(a) = attached.remove(&pid) {
                 let _ = a.host.try_send(HostCommand::Exited { pid });
