@@ -111,3 +111,58 @@ fn rocsd_notifies_systemd() {
     assert!(status.success());
     assert!(!socket.exists(), "the socket is removed on stop");
 }
+
+const CONFIG_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../config");
+
+#[test]
+fn the_shipped_configuration_is_valid() {
+    // The demo: rocsd checks its configuration, workloads and policies and says what runs.
+    let out = Command::new(env!("CARGO_BIN_EXE_rocsd"))
+        .args(["--check", "--config"])
+        .arg(format!("{CONFIG_DIR}/demo.toml"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("platform sim") && stdout.contains("policies: spec, mcf"),
+        "{stdout}"
+    );
+    // The example rocsd.toml and policies, checked the way rocsd checks them (on the sim
+    // platform, since this machine may have no PMU), with the policy directory pointed at
+    // the examples.
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(format!("{CONFIG_DIR}/rocsd.toml")).unwrap();
+    let text = text
+        .replace("platform = \"linux\"", "platform = \"sim\"")
+        .replace(
+            "policy_dir = \"/etc/rocs/policy.d\"",
+            &format!("policy_dir = \"{CONFIG_DIR}/policy.d\""),
+        )
+        .replace(
+            "socket = \"/run/rocs/rocsd.sock\"",
+            &format!(
+                "socket = {:?}",
+                dir.path().join("s.sock").display().to_string()
+            ),
+        )
+        + "\n[[sim.workload]]\nname = \"art-like\"\n";
+    let conf = dir.path().join("rocsd.toml");
+    std::fs::write(&conf, text).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_rocsd"))
+        .args(["--check", "--config"])
+        .arg(&conf)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("policies: batch, observe-db"), "{stdout}");
+}
