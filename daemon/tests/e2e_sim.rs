@@ -183,8 +183,20 @@ fn sim_targets_reach_steady_and_answer_every_request() {
         (art["policy"] == "art-only" && target(&ts, "mcf").is_none()).then_some(())
     });
 
+    // Under its new policy art searches again and confines pages again.
+    let confined = d.wait(
+        Duration::from_secs(120),
+        "art confined under art-only",
+        |d| {
+            let ts = d.ok(json!({"request": "targets"}));
+            let t = target(&ts, "art")?;
+            let n = t["pages_confined"].as_u64()?;
+            (t["state"] == "steady" && n > 0).then_some(n)
+        },
+    );
+
     eprintln!("{:?}: SIGTERM:", t_start.elapsed());
-    // SIGTERM: a clean exit within 5 s, and the socket is gone.
+    // SIGTERM: a clean exit within 5 s, pages restored (restore_on_exit), the socket gone.
     let t0 = Instant::now();
     let status = d.terminate(Duration::from_secs(10));
     assert!(status.success(), "rocsd exit: {status}\n{}", d.log());
@@ -195,6 +207,25 @@ fn sim_targets_reach_steady_and_answer_every_request() {
     );
     assert!(!d.socket.exists(), "the socket is still there");
     assert!(d.log().contains("SIGTERM: stopping"));
+    // "restored N of M confined pages": every page came back (M is the count at the stop,
+    // which a late phase change could have moved away from `confined`).
+    let log = d.log();
+    let counts: Vec<u64> = log
+        .lines()
+        .find_map(|l| {
+            let rest = l.split_once("restored ")?.1;
+            rest.split_once(" confined pages")
+                .map(|(c, _)| c.to_string())
+        })
+        .unwrap_or_else(|| panic!("no pages restored at stop ({confined} were confined):\n{log}"))
+        .split(" of ")
+        .map(|n| n.trim().parse().unwrap())
+        .collect();
+    assert_eq!(counts.len(), 2);
+    assert!(
+        counts[0] > 0 && counts[0] == counts[1],
+        "restored {counts:?}"
+    );
 }
 
 #[test]
