@@ -133,7 +133,7 @@ fn confine_top_of_stack(name: &str, fractions: &[f64]) -> (f64, Vec<f64>) {
 
 #[test]
 fn art_like_gains_from_confining_the_top_of_its_miss_rate_stack() {
-    let (base, ipcs) = confine_top_of_stack("art-like", &[0.75]);
+    let (base, ipcs) = confine_top_of_stack("art-like", &[0.8]);
     assert!(
         ipcs[0] > base * 1.10,
         "art-like: IPC {base:.4} -> {:.4}",
