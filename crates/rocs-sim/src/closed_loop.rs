@@ -374,14 +374,19 @@ pub fn run_with_placements(
 fn candidates(p: &ProfilePoint, grid: usize) -> BTreeSet<usize> {
     let n = p.stack.len();
     let mut c: BTreeSet<usize> = (0..=grid.max(1)).map(|i| n * i / grid.max(1)).collect();
+    // Region boundaries that split off at least 1/32 of the stack (as the adaptive search
+    // sees them), at most 8 of them, evenly chosen.
     let min_gap = n.div_ceil(32).max(1);
     let mut last = 0;
+    let mut significant = Vec::new();
     for &b in &p.boundaries {
         if b - last >= min_gap && n - b >= min_gap {
-            c.insert(b);
+            significant.push(b);
             last = b;
         }
     }
+    let every = significant.len().div_ceil(8).max(1);
+    c.extend(significant.iter().step_by(every));
     if let Some(k) = p.chosen_k {
         c.insert(k.min(n));
     }

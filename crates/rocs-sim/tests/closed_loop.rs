@@ -1,0 +1,173 @@
+//! The closed loop on the simulated machine: rocs's controller against the paper's
+//! programs, judged against baseline and the offline-best oracle, as the issue sets it.
+//!
+//! Workloads are scaled down (0.3) so that the whole file runs in about a minute of CPU; to
+//! keep the window long enough for the profile's samples and the migrations' cost, the
+//! run has 100 windows instead of the evaluation's 200 (docs/evaluation, `rocsctl sim
+//! eval`).
+
+use rocs_core::SearchMode;
+use rocs_sim::closed_loop::{evaluate, run_baseline, run_rocs, EvalRow, LoopConfig};
+use rocs_sim::{Machine, MachineProfile, Workload};
+
+const SCALE: f64 = 0.3;
+
+fn config() -> LoopConfig {
+    LoopConfig {
+        // A coarser oracle grid than the evaluation's, to keep the test short; region
+        // boundaries, rocs's own choice and the refinement are still tried.
+        oracle_grid: 6,
+        windows_per_run: 100,
+        ..LoopConfig::default()
+    }
+}
+
+fn eval(workload: &str) -> EvalRow {
+    let machine = MachineProfile::resolve("ppc970fx").unwrap();
+    let w = Workload::resolve(workload).unwrap().scaled(SCALE);
+    let make = || Machine::new(&machine, &w, 1);
+    evaluate("ppc970fx", workload, &make, &config(), &mut |_| {}).unwrap()
+}
+
+/// Baseline and rocs in both search modes (no oracle: with nothing to gain the target is
+/// "lose at most 1%"), at the evaluation's window count.
+struct NoGain {
+    speedup_adaptive: f64,
+    windows_adaptive: u64,
+    windows_linear: u64,
+    cycles_adaptive: u64,
+    cycles_linear: u64,
+}
+
+fn no_gain(workload: &str, scale: f64) -> NoGain {
+    let machine = MachineProfile::resolve("ppc970fx").unwrap();
+    let w = Workload::resolve(workload).unwrap().scaled(scale);
+    let make = || Machine::new(&machine, &w, 1);
+    let cfg = LoopConfig::default();
+    let base = run_baseline(&make).unwrap();
+    let window = cfg.window_for(&base);
+    let run = |search| {
+        let knobs = rocs_core::Knobs {
+            search,
+            ..cfg.knobs.clone()
+        };
+        run_rocs(&make, &knobs, window).unwrap()
+    };
+    let (a, l) = (run(SearchMode::Adaptive), run(SearchMode::Linear));
+    NoGain {
+        speedup_adaptive: base.stats.cycles as f64 / a.stats.cycles as f64,
+        windows_adaptive: a.search_windows,
+        windows_linear: l.search_windows,
+        cycles_adaptive: a.stats.cycles,
+        cycles_linear: l.stats.cycles,
+    }
+}
+
+#[test]
+fn paper_figures_on_art_cg_and_mcf() {
+    let rows: Vec<EvalRow> = ["art-like", "cg-like"].iter().map(|w| eval(w)).collect();
+    for r in &rows {
+        eprintln!(
+            "{}: oracle {:.3} (k {:?}); adaptive {:.3} ({:.3} of oracle, {} windows); linear {:.3} ({:.3}, {} windows)",
+            r.workload,
+            r.oracle_speedup,
+            r.oracle_ks,
+            r.adaptive.speedup,
+            r.adaptive.fraction_of_oracle,
+            r.adaptive.search_windows,
+            r.linear.speedup,
+            r.linear.fraction_of_oracle,
+            r.linear.search_windows
+        );
+    }
+    // art and cg have something to gain; rocs gets within 5% of the offline best.
+    for r in &rows {
+        assert!(
+            r.oracle_speedup >= 1.05,
+            "{}: oracle {}",
+            r.workload,
+            r.oracle_speedup
+        );
+        assert!(
+            r.adaptive.fraction_of_oracle >= 0.95,
+            "{}: adaptive reaches {:.3} of the oracle",
+            r.workload,
+            r.adaptive.fraction_of_oracle
+        );
+        assert!(r.adaptive.pages_confined > 0);
+    }
+    // mcf has nothing to gain; rocs loses at most 1%. (Its run is long in cycles: at the
+    // scale of the others the search would be a larger share of it than in the paper.)
+    let mcf = no_gain("mcf-like", 0.6);
+    eprintln!(
+        "mcf-like: adaptive {:.4} ({} windows), linear {} windows",
+        mcf.speedup_adaptive, mcf.windows_adaptive, mcf.windows_linear
+    );
+    assert!(
+        mcf.speedup_adaptive >= 0.99,
+        "mcf-like: adaptive speedup {:.4}",
+        mcf.speedup_adaptive
+    );
+    // Adaptive needs fewer search windows than linear, and is not slower.
+    let wa: u64 =
+        rows.iter().map(|r| r.adaptive.search_windows).sum::<u64>() + mcf.windows_adaptive;
+    let wl: u64 = rows.iter().map(|r| r.linear.search_windows).sum::<u64>() + mcf.windows_linear;
+    assert!(wa < wl, "adaptive {wa} search windows, linear {wl}");
+    let ca: u64 = rows.iter().map(|r| r.adaptive.cycles).sum::<u64>() + mcf.cycles_adaptive;
+    let cl: u64 = rows.iter().map(|r| r.linear.cycles).sum::<u64>() + mcf.cycles_linear;
+    assert!(ca <= cl, "adaptive {ca} cycles, linear {cl}");
+}
+
+#[test]
+fn the_phased_workload_reprofiles_after_each_phase_change() {
+    let machine = MachineProfile::resolve("ppc970fx").unwrap();
+    // Full length: its phases must each be long enough for a profile and a search.
+    let w = Workload::resolve("phased").unwrap();
+    let make = || Machine::new(&machine, &w, 1);
+    let cfg = LoopConfig::default();
+    let base = run_baseline(&make).unwrap();
+    let run = run_rocs(&make, &cfg.knobs, cfg.window_for(&base)).unwrap();
+    // Two repetitions of two phases: three changes, each followed by a profile.
+    let summary: Vec<_> = run
+        .profile_points
+        .iter()
+        .map(|p| (p.instructions, p.stack_pages, p.chosen_k))
+        .collect();
+    assert_eq!(run.phase_changes, 3, "{summary:?}");
+    assert_eq!(run.profiles, run.phase_changes + 1);
+    // The streaming phases confine their stream; the scratch phases have nothing to gain.
+    let chosen: Vec<usize> = run
+        .profile_points
+        .iter()
+        .filter_map(|p| p.chosen_k)
+        .collect();
+    assert_eq!(chosen.len(), 4);
+    assert!(chosen[0] > 0 && chosen[2] > 0, "{chosen:?}");
+    assert!(
+        base.stats.cycles as f64 / run.stats.cycles as f64 > 1.03,
+        "phased: speedup {}",
+        base.stats.cycles as f64 / run.stats.cycles as f64
+    );
+}
+
+#[test]
+fn the_closed_loop_is_deterministic_for_a_seed() {
+    let machine = MachineProfile::resolve("ppc970fx").unwrap();
+    let w = Workload::resolve("art-like").unwrap().scaled(0.1);
+    let run = |seed| {
+        let make = || Machine::new(&machine, &w, seed);
+        let knobs = rocs_core::Knobs {
+            search: SearchMode::Adaptive,
+            ..config().knobs
+        };
+        let r = run_rocs(&make, &knobs, 1_000_000).unwrap();
+        (
+            r.stats.cycles,
+            r.pages_confined,
+            r.search_windows,
+            r.migrations,
+        )
+    };
+    assert_eq!(run(7), run(7));
+    assert_ne!(run(7).0, run(8).0, "the seed matters");
+}
