@@ -321,6 +321,39 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        /// The flat-array LRU agrees with a plain list-per-set model on every access,
+        /// invalidations included.
+        #[test]
+        fn lru_matches_a_reference_model(
+            ops in proptest::collection::vec((0u64..64, proptest::bool::weighted(0.1)), 1..400),
+            ways in 1u64..5,
+        ) {
+            let sets = 4u64;
+            let mut c = Cache::new(CacheGeometry::new(64, sets, ways, 1, 4096).unwrap(), Policy::Lru);
+            let mut model: Vec<std::collections::VecDeque<u64>> = vec![Default::default(); sets as usize];
+            for (line, invalidate) in ops {
+                let set = &mut model[(line % sets) as usize];
+                let pos = set.iter().position(|&l| l == line);
+                if invalidate {
+                    proptest::prop_assert_eq!(c.invalidate_line(line), pos.is_some());
+                    if let Some(i) = pos {
+                        set.remove(i);
+                    }
+                    continue;
+                }
+                let hit = c.access_line(line);
+                proptest::prop_assert_eq!(hit, pos.is_some());
+                if let Some(i) = pos {
+                    set.remove(i);
+                } else if set.len() == ways as usize {
+                    set.pop_back();
+                }
+                set.push_front(line);
+            }
+        }
+    }
+
     #[test]
     fn drrip_and_brrip_run_and_hit() {
         for p in [Policy::Brrip, Policy::Drrip] {
