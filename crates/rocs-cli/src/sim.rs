@@ -299,6 +299,8 @@ impl RunReport {
         }
         if let Some(o) = c.oracle {
             let mut m = ModeReport::from_stats(o.stats.clone(), o.wall_seconds);
+            // The oracle's wall time went into every candidate run, not only the best.
+            m.sim_accesses = o.simulated_accesses;
             m.oracle = Some(o);
             modes.push(("oracle".into(), m));
         }

@@ -140,6 +140,9 @@ pub struct OracleRun {
     pub stats: RunStats,
     #[serde(skip)]
     pub wall_seconds: f64,
+    /// Memory references simulated over every candidate run (what the wall time bought).
+    #[serde(skip)]
+    pub simulated_accesses: u64,
     /// The best `k` of the first profile (the paper's single number).
     pub k: usize,
     /// The best `k` of every profile, in order.
@@ -413,6 +416,7 @@ pub fn run_oracle(
     if points.is_empty() {
         let stats = run_with_placements(make, &[], &[], step, pollute)?;
         return Ok(OracleRun {
+            simulated_accesses: stats.accesses,
             stats,
             wall_seconds: start.elapsed().as_secs_f64(),
             ..OracleRun::default()
@@ -421,6 +425,7 @@ pub fn run_oracle(
     let mut ks: Vec<usize> = Vec::new();
     let mut tried: Vec<(usize, usize, u64)> = Vec::new();
     let mut best_stats = None;
+    let mut simulated_accesses = 0;
     for (j, p) in points.iter().enumerate() {
         let mut results: std::collections::BTreeMap<usize, (u64, RunStats)> = Default::default();
         let mut eval = |k: usize,
@@ -432,6 +437,7 @@ pub fn run_oracle(
             let mut trial = ks.clone();
             trial.push(k);
             let t = run_with_placements(make, &points[..=j], &trial, step, pollute)?;
+            simulated_accesses += t.accesses;
             progress(&format!(
                 "oracle profile {}/{}: k = {k} -> {} cycles",
                 j + 1,
@@ -469,6 +475,7 @@ pub fn run_oracle(
     Ok(OracleRun {
         stats,
         wall_seconds: start.elapsed().as_secs_f64(),
+        simulated_accesses,
         k: ks[0],
         ks,
         candidates: tried,
