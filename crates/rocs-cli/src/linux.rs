@@ -6,13 +6,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use clap::{Subcommand, ValueEnum};
-use rocs_core::{MissRateStack, Sampler, SamplingPlan};
+use rocs_core::{MissRateStack, PageProfile, Sampler, SamplingPlan};
 use rocs_linux::doctor::{self, Status};
 use rocs_linux::geometry::page_size;
 use rocs_linux::plan::software_page_fault_plan;
 use rocs_linux::{
     detect_geometry_here, machine_plan, read_perf_data, EventChoice, ImportSummary, LinuxSampler,
-    PageTable, SamplingStats,
+    SamplingStats,
 };
 use serde::Serialize;
 
@@ -193,7 +193,7 @@ pub struct ProfileOut {
     pub import: Option<ImportSummary>,
 }
 
-pub fn profile_out(table: &PageTable, source: String, measures_llc: bool) -> ProfileOut {
+pub fn profile_out(table: &PageProfile, source: String, measures_llc: bool) -> ProfileOut {
     let pages = table
         .sorted()
         .into_iter()
@@ -218,7 +218,7 @@ pub fn profile_out(table: &PageTable, source: String, measures_llc: bool) -> Pro
 
 /// Print a profile: JSON, an SVG file, or text with terminal pictures.
 pub fn emit_profile(
-    table: &PageTable,
+    profile: &PageProfile,
     out: ProfileOut,
     json: bool,
     svg: Option<&Path>,
@@ -227,10 +227,9 @@ pub fn emit_profile(
         println!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(());
     }
-    let profile = table.to_profile();
-    let stack = MissRateStack::from_profile(&profile);
+    let stack = MissRateStack::from_profile(profile);
     if let Some(path) = svg {
-        let doc = render::profile_svg(&profile, &stack, &out.source);
+        let doc = render::profile_svg(profile, &stack, &out.source);
         std::fs::write(path, doc).with_context(|| format!("writing {}", path.display()))?;
         eprintln!("wrote {}", path.display());
     }
@@ -254,7 +253,7 @@ pub fn emit_profile(
     println!();
     print!("{}", render::histogram_text(&stack, 10, 40));
     println!();
-    print!("{}", render::address_map_text(&profile, 100, 6));
+    print!("{}", render::address_map_text(profile, 100, 6));
     println!();
     let mut top: Vec<&PageOut> = out.pages.iter().collect();
     top.sort_by(|a, b| {
@@ -328,7 +327,7 @@ fn record_cmd(
     sampler
         .start(pid, &requested)
         .with_context(|| format!("starting to sample pid {pid}"))?;
-    let mut table = PageTable::new(page_size().trailing_zeros());
+    let mut table = PageProfile::new(page_size().trailing_zeros());
     let start = Instant::now();
     let total = Duration::from_secs_f64(duration);
     let mut next_progress = Duration::from_secs(1);

@@ -16,7 +16,6 @@ use rocs_linux::decode::{Decoded, Decoder, EventKind};
 use rocs_linux::plan::SourceRule;
 use rocs_linux::record::{encode_sample, Sample, SampleFormat};
 use rocs_linux::ring::drain_records;
-use rocs_linux::PageTable;
 
 const RING: usize = 1 << 20;
 
@@ -131,10 +130,10 @@ fn ingest(c: &mut Criterion) {
         let dec = decoder(st, &ids, &sources);
         let mut scratch = Box::new([0u8; 65536]);
         g.throughput(Throughput::Elements(img.samples));
-        // Ring parse + per-page aggregation in rocs-linux's page table (what record,
-        // profile and the import use).
-        g.bench_with_input(BenchmarkId::new("page_table", name), &img, |b, img| {
-            let mut table = PageTable::new(12);
+        // Ring parse + per-page aggregation straight into the profile (what record,
+        // profile and the import do).
+        g.bench_with_input(BenchmarkId::new("page_profile", name), &img, |b, img| {
+            let mut table = PageProfile::new(12);
             b.iter(|| {
                 let tail = drain_records(&img.data, img.tail, img.head, &mut scratch, |rec| {
                     if let Ok(Decoded::Sample(s)) = dec.decode(rec, Some(4242)) {
@@ -145,8 +144,8 @@ fn ingest(c: &mut Criterion) {
             });
             assert!(table.samples_total() > 0);
         });
-        // The same into rocs-core's PageProfile via MemSample (the Sampler trait path).
-        g.bench_with_input(BenchmarkId::new("core_profile", name), &img, |b, img| {
+        // The same through a batch of MemSamples (the Sampler trait path).
+        g.bench_with_input(BenchmarkId::new("via_memsample", name), &img, |b, img| {
             let mut profile = PageProfile::new(12);
             let mut batch: Vec<MemSample> = Vec::with_capacity(img.samples as usize);
             b.iter(|| {
@@ -163,14 +162,14 @@ fn ingest(c: &mut Criterion) {
     g.finish();
 
     // Memory per tracked page, printed for the record (asserted <= 32 B in the tests).
-    let mut table = PageTable::new(12);
+    let mut table = PageProfile::new(12);
     for n in [1_000u64, 100_000, 1_000_000] {
         while (table.len() as u64) < n {
             let p = table.len() as u64;
             table.record(p << 12, DataSource::Other);
         }
         eprintln!(
-            "page table: {} pages, {:.1} bytes per tracked page",
+            "page profile: {} pages, {:.1} bytes per tracked page",
             table.len(),
             table.bytes_per_page()
         );

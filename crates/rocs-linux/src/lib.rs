@@ -11,7 +11,6 @@ pub mod decode;
 pub mod doctor;
 pub mod events;
 pub mod geometry;
-pub mod pagetable;
 pub mod perfdata;
 pub mod plan;
 pub mod pmu;
@@ -24,7 +23,6 @@ pub mod target;
 pub use counters::{CounterEvents, CountersError, LinuxCounters};
 pub use cpu::{CpuInfo, KernelVersion, Vendor};
 pub use geometry::{detect_geometry, detect_geometry_here, DetectedGeometry, GeometryDetectError};
-pub use pagetable::PageTable;
 pub use perfdata::{parse_perf_data, read_perf_data, ImportSummary, PerfDataError};
 pub use plan::{
     machine_plan, select_plan, EventChoice, EventPlan, EventSpec, NoPlan, PlanKind, SourceRule,

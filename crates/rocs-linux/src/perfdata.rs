@@ -13,10 +13,10 @@ use thiserror::Error;
 
 use crate::abi::*;
 use crate::decode::{DecodeError, Decoded, Decoder, EventKind};
-use crate::pagetable::PageTable;
 use crate::plan::SourceRule;
 use crate::record::SampleFormat;
 use crate::ring::RawRecord;
+use rocs_core::PageProfile;
 
 const MAGIC: &[u8; 8] = b"PERFILE2";
 const MAGIC_SWAPPED: &[u8; 8] = b"2ELIFREP";
@@ -172,7 +172,7 @@ pub fn read_perf_data(
     path: &Path,
     pid: Option<u32>,
     page_shift: u32,
-) -> Result<(PageTable, ImportSummary), PerfDataError> {
+) -> Result<(PageProfile, ImportSummary), PerfDataError> {
     let bytes = std::fs::read(path).map_err(|err| PerfDataError::Io {
         path: path.into(),
         err,
@@ -186,7 +186,7 @@ pub fn parse_perf_data(
     bytes: &[u8],
     pid: Option<u32>,
     page_shift: u32,
-) -> Result<(PageTable, ImportSummary), PerfDataError> {
+) -> Result<(PageProfile, ImportSummary), PerfDataError> {
     let magic = bytes.get(..8).unwrap_or(bytes);
     if magic == MAGIC_SWAPPED {
         return Err(PerfDataError::BigEndian { path: path.into() });
@@ -280,7 +280,7 @@ pub fn parse_perf_data(
         }
     };
 
-    let mut table = PageTable::new(page_shift);
+    let mut table = PageProfile::new(page_shift);
     let mut pos = data_start;
     while pos < data_end {
         if data_end - pos < 8 {

@@ -5,11 +5,11 @@ use std::path::PathBuf;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use rocs_core::{Counters, DataSource, MemSample, Sampler, SamplingPlan};
+use rocs_core::{Counters, DataSource, MemSample, PageProfile, Sampler, SamplingPlan};
 use rocs_linux::plan::software_page_fault_plan;
 use rocs_linux::{
     select_plan, CounterEvents, CountersError, CpuInfo, EventChoice, KernelVersion, LinuxCounters,
-    LinuxSampler, PageTable, PmuInventory, SamplerError,
+    LinuxSampler, PmuInventory, SamplerError,
 };
 
 /// A process that waits, then touches `mib` MiB of fresh memory (dd reading /dev/zero
@@ -24,7 +24,7 @@ fn toucher(delay_s: u32, mib: u32) -> Child {
         .expect("perl runs")
 }
 
-fn sample_until_exit(sampler: &mut LinuxSampler, pid: u32, table: &mut PageTable) {
+fn sample_until_exit(sampler: &mut LinuxSampler, pid: u32, table: &mut PageProfile) {
     let deadline = Instant::now() + Duration::from_secs(20);
     while !sampler.target_exited(pid) && Instant::now() < deadline {
         sampler
@@ -51,7 +51,7 @@ fn page_fault_plan_sees_every_page_a_process_touches() {
             },
         )
         .unwrap();
-    let mut table = PageTable::new(12);
+    let mut table = PageProfile::new(12);
     sample_until_exit(&mut sampler, pid, &mut table);
     let stats = sampler.stats(pid).unwrap();
     sampler.stop(pid).unwrap();
@@ -132,7 +132,7 @@ fn cpu_budget_raises_the_period() {
             touching_thread(&started);
         }
     });
-    let mut table = PageTable::new(12);
+    let mut table = PageProfile::new(12);
     while !worker.is_finished() {
         sampler
             .drain_with(me, |s| table.record(s.vaddr, s.source))
