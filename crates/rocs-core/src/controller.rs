@@ -186,6 +186,9 @@ pub struct Stats {
     pub profiles: u64,
     pub searches: u64,
     pub phase_changes: u64,
+    /// Phase changes whose new phase missed enough to be profiled (the others went back
+    /// to Observe).
+    pub phase_changes_profiled: u64,
 }
 
 /// Steady windows without phase watch after a search that confined nothing (doubling for
@@ -454,6 +457,7 @@ impl Controller {
                         self.knobs.phase_windows
                     );
                     if self.worth_profiling(&delta) {
+                        self.stats.phase_changes_profiled += 1;
                         self.start_profile(reason, out);
                     } else {
                         self.observe_streak = 0;
@@ -544,6 +548,7 @@ impl Controller {
         if n == 0 {
             self.enter_steady(
                 "the profile has no page with LLC samples: nothing to rank".into(),
+                false,
                 out,
             );
             return;
@@ -551,6 +556,7 @@ impl Controller {
         if self.knobs.dry_run {
             self.enter_steady(
                 format!("dry run: stack of {n} pages built, no page is migrated"),
+                false,
                 out,
             );
             return;
@@ -641,18 +647,19 @@ impl Controller {
                         self.build.stack.len(),
                         self.confined.len()
                     );
-                    self.enter_steady(reason, out);
+                    self.enter_steady(reason, k > 0, out);
                 }
             }
         }
     }
 
-    fn enter_steady(&mut self, reason: String, out: &mut Vec<Action>) {
+    /// `fruitful`: the search chose to confine something. (Not "pages are confined now":
+    /// the restores of a search that chose k = 0 may still be in flight.)
+    fn enter_steady(&mut self, reason: String, fruitful: bool, out: &mut Vec<Action>) {
         self.phase.reset();
         self.steady_windows = 0;
         // A search that found nothing makes the next one less urgent: phase changes are
         // ignored for a while, twice as long after each fruitless search in a row.
-        let fruitful = !self.confined.is_empty();
         self.fruitless = if fruitful { 0 } else { self.fruitless + 1 };
         self.cooldown = if self.fruitless == 0 {
             0

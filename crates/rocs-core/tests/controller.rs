@@ -446,6 +446,27 @@ fn a_phase_change_reprofiles_and_searches_again_from_the_current_placement() {
 }
 
 #[test]
+fn a_fruitless_search_holds_off_the_phase_watch_while_its_restores_are_in_flight() {
+    // Confining hurts: the search ends at k = 0, restoring the pages of its last probe in
+    // the same step as it enters Steady. That search was fruitless whatever is still
+    // confined at that moment, so the phase watch waits (a restore's cold misses are not a
+    // new phase).
+    let mut d = Driver::new(knobs(SearchMode::Adaptive), World::new(flat(-0.3), 0.01, 5));
+    d.run_until_steady(200);
+    assert!(d.ctrl.confined().is_empty());
+    // Long enough for the phase watch to learn its reference, were it on.
+    for _ in 0..4 {
+        d.window();
+    }
+    d.world.mpki = 60.0;
+    for _ in 0..3 {
+        d.window();
+    }
+    assert_eq!(d.ctrl.state(), State::Steady);
+    assert_eq!(d.ctrl.stats().phase_changes, 0);
+}
+
+#[test]
 fn failed_migrations_are_counted_and_not_confined() {
     let mut w = World::new(art_like(), 0.0, 11);
     w.unmovable = (1000..1500).filter(|p| p % 10 == 0).collect();
