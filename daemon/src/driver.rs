@@ -370,9 +370,21 @@ pub fn describe(kind: &EventKind) -> (&'static str, String) {
                  in {regions} regions"
             ),
         ),
-        EventKind::SearchStep { k, ipc, mpki } => {
-            ("search", format!("k = {k}: IPC {ipc:.3}, MPKI {mpki:.2}"))
+        EventKind::SearchStep {
+            k,
+            ipc,
+            mpki,
+            group_score,
+        } => {
+            let group = group_score
+                .map(|s| format!(", LLC group score {s:.3}"))
+                .unwrap_or_default();
+            (
+                "search",
+                format!("k = {k}: IPC {ipc:.3}, MPKI {mpki:.2}{group}"),
+            )
         }
+        EventKind::Waiting { reason, .. } => ("state", format!("waiting: {reason}")),
         EventKind::SearchDone {
             k,
             ipc,

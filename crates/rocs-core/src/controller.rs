@@ -72,6 +72,20 @@ pub enum Command {
     RestoreAll,
 }
 
+/// Whether this controller may start a profile (and the search that follows it). Targets
+/// that share an LLC take turns ([`crate::llc_group::LlcGroup`]): their searches would
+/// disturb each other's measurements. A lone target always has the turn.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "turn", rename_all = "snake_case")]
+pub enum Turn {
+    /// Profile and search when there is reason to.
+    Granted,
+    /// Another target of the LLC (`holder`) profiles or searches: wait in Observe or
+    /// Steady, without watching for phase changes (the holder's moves change this target's
+    /// IPC too).
+    Withheld { holder: Pid },
+}
+
 /// The result of one [`Action::Migrate`]: one result per page, in order.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct MigrationReport {
@@ -104,6 +118,17 @@ pub enum Observation<'a> {
     TargetExited,
     /// An operator command.
     Command(Command),
+    /// Whether this target may profile and search now (targets sharing an LLC take
+    /// turns); a lone target never needs it.
+    Turn(Turn),
+    /// What the search measures for the window about to be observed, in place of the
+    /// target's own IPC: the throughput of the targets sharing the LLC
+    /// ([`crate::llc_group::LlcGroup::score`]). Sent just before [`Observation::Window`],
+    /// for that window only.
+    GroupScore(f64),
+    /// The set of targets running on this LLC changed (one started, finished or left):
+    /// this target's IPC and MPKI change with it, which is no phase change of its own.
+    SharersChanged,
 }
 
 /// Something the driver must do.
@@ -152,7 +177,16 @@ pub enum EventKind {
         regions: usize,
     },
     /// One measured window of the search.
-    SearchStep { k: usize, ipc: f64, mpki: f64 },
+    SearchStep {
+        k: usize,
+        ipc: f64,
+        mpki: f64,
+        /// What the search recorded instead of `ipc`: the LLC group's throughput.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        group_score: Option<f64>,
+    },
+    /// The target has reason to profile, but another target of the same LLC holds the turn.
+    Waiting { holder: Pid, reason: String },
     /// The search chose `k`.
     SearchDone {
         k: usize,
@@ -245,6 +279,14 @@ pub struct Controller {
     /// A move was made just before this window: not a clean phase reference.
     skip_window: bool,
     restoring: bool,
+    /// May this target profile and search now ([`Turn`])?
+    turn: Turn,
+    /// The target wanted to profile while the turn was withheld (and said so once).
+    waiting: bool,
+    /// The LLC group's score of the window about to be observed.
+    group_score: Option<f64>,
+    /// The last window came with a group score: a search starting now is judged by it.
+    scored_by_group: bool,
     in_flight: u32,
     budget_left: u32,
     history: VecDeque<Event>,
@@ -288,6 +330,10 @@ impl Controller {
             cooldown: 0,
             fruitless: 0,
             restoring: false,
+            turn: Turn::Granted,
+            waiting: false,
+            group_score: None,
+            scored_by_group: false,
             in_flight: 0,
             budget_left: knobs.page_budget,
             history: VecDeque::new(),
@@ -353,6 +399,21 @@ impl Controller {
         self.sampling
     }
 
+    /// Whether the controller may profile and search now.
+    pub fn turn(&self) -> Turn {
+        self.turn
+    }
+
+    /// Profiling or searching: the turn of its LLC group is in use.
+    pub fn holds_turn(&self) -> bool {
+        matches!(self.state, State::Profile | State::Search)
+    }
+
+    /// Wanted to profile while the turn was withheld, and still waits.
+    pub fn waiting_for_turn(&self) -> bool {
+        self.waiting
+    }
+
     /// The search in progress or last finished, with its measurements.
     pub fn search(&self) -> Option<&Search> {
         self.search.as_ref()
@@ -378,6 +439,14 @@ impl Controller {
                 self.transition(State::Exited, "the target exited".into(), &mut out);
             }
             Observation::Command(cmd) => self.on_command(cmd, &mut out),
+            Observation::Turn(turn) => self.on_turn(turn),
+            Observation::GroupScore(score) => self.group_score = Some(score),
+            Observation::SharersChanged => {
+                // Learn the phase reference again under the new mix.
+                if self.state == State::Steady {
+                    self.phase.reset();
+                }
+            }
         }
         out
     }
@@ -392,8 +461,37 @@ impl Controller {
         }
     }
 
+    fn on_turn(&mut self, turn: Turn) {
+        if turn == Turn::Granted && self.turn != Turn::Granted && self.waiting {
+            // The holder's moves changed this target's cache: what made it want to
+            // profile may no longer hold. Look again from the new placement.
+            self.waiting = false;
+            self.observe_streak = 0;
+            self.phase.reset();
+        }
+        self.turn = turn;
+    }
+
+    /// Profile now if the turn allows it; otherwise wait, and say so once.
+    fn request_profile(&mut self, reason: String, out: &mut Vec<Action>) {
+        match self.turn {
+            Turn::Granted => {
+                self.waiting = false;
+                self.start_profile(reason, out);
+            }
+            Turn::Withheld { holder } => {
+                if !std::mem::replace(&mut self.waiting, true) {
+                    let reason = format!("{reason}; waiting for pid {holder}'s search to finish");
+                    self.event(EventKind::Waiting { holder, reason }, out);
+                }
+            }
+        }
+    }
+
     fn on_window(&mut self, delta: CounterDelta, out: &mut Vec<Action>) {
         self.stats.windows += 1;
+        let group_score = self.group_score.take();
+        self.scored_by_group = group_score.is_some();
         self.budget_left = self.knobs.page_budget;
         // A window in which the target did not run says nothing about it.
         let ran = delta.cycles > 0 && delta.instructions > 0;
@@ -433,14 +531,27 @@ impl Controller {
                     self.measuring = None;
                     let (ipc, mpki) = (delta.ipc(), delta.mpki());
                     if let Some(s) = self.search.as_mut() {
-                        s.record(k, ipc);
+                        s.record(k, group_score.unwrap_or(ipc));
                     }
-                    self.event(EventKind::SearchStep { k, ipc, mpki }, out);
+                    let step = EventKind::SearchStep {
+                        k,
+                        ipc,
+                        mpki,
+                        group_score,
+                    };
+                    self.event(step, out);
                 }
                 self.search_step(out);
             }
             State::Steady if ran => {
                 if self.in_flight > 0 || std::mem::take(&mut self.skip_window) {
+                    return;
+                }
+                if let Turn::Withheld { .. } = self.turn {
+                    // Another target's search moves pages: its probes change this
+                    // target's IPC and MPKI without any phase change of its own. The
+                    // reference is learnt again once the turn is free.
+                    self.phase.reset();
                     return;
                 }
                 self.steady_windows += 1;
@@ -503,7 +614,7 @@ impl Controller {
                 self.knobs.min_mpki,
                 self.observe_streak
             );
-            self.start_profile(reason, out);
+            self.request_profile(reason, out);
         }
     }
 
@@ -566,7 +677,11 @@ impl Controller {
         let boundaries = (1..n)
             .filter(|&i| e[i].miss_rate != e[i - 1].miss_rate)
             .collect();
-        self.search = Some(Search::new(&self.knobs, n, boundaries));
+        let mut search = Search::new(&self.knobs, n, boundaries);
+        if self.scored_by_group {
+            search.judged_by_group();
+        }
+        self.search = Some(search);
         self.measuring = None;
         self.final_k = None;
         self.search_started_at = self.stats.windows;

@@ -7,6 +7,7 @@
 pub mod controller;
 pub mod geometry;
 pub mod knobs;
+pub mod llc_group;
 pub mod phase;
 pub mod platform;
 pub mod profile;
@@ -17,10 +18,11 @@ pub mod stack;
 
 pub use controller::{
     Action, ColourReport, Command, Controller, Event, EventKind, MigrationReport, Observation,
-    State, Stats,
+    State, Stats, Turn,
 };
 pub use geometry::{CacheGeometry, GeometryError};
 pub use knobs::{KnobError, Knobs, PolluteColours, SearchMode};
+pub use llc_group::LlcGroup;
 pub use phase::{PhaseDetector, PhaseVerdict};
 pub use platform::{
     CounterDelta, Counters, PageResult, Remapper, SampleLoss, Sampler, SamplingPlan,

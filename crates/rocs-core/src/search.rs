@@ -49,6 +49,13 @@ impl Measurements {
             .map(|(&k, v)| (k, v.iter().sum::<f64>() / v.len() as f64, v.len()))
     }
 
+    /// Sample variance of one window's IPC at `k`; `None` before a repeat.
+    pub fn variance(&self, k: usize) -> Option<f64> {
+        let v = self.by_k.get(&k).filter(|v| v.len() > 1)?;
+        let m = v.iter().sum::<f64>() / v.len() as f64;
+        Some(v.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / (v.len() - 1) as f64)
+    }
+
     /// Pooled standard deviation of one window's IPC, from every `k` measured more than
     /// once, with its degrees of freedom; `None` before any repeat.
     pub fn noise(&self) -> Option<(f64, usize)> {
@@ -130,6 +137,12 @@ pub struct AdaptiveSearch {
     by_regions: bool,
     /// Bracket width at which refinement stops.
     tolerance: usize,
+    /// The search is judged by an LLC group's score ([`Search::judged_by_group`]): a coarse
+    /// point that looks past the peak on one window is measured again (and so is the best)
+    /// before the coarse pass stops, and two candidates measured more than once are
+    /// compared by their own spreads rather than the pooled one.
+    #[serde(default)]
+    judged_by_group: bool,
     stage: Stage,
 }
 
@@ -188,6 +201,7 @@ impl AdaptiveSearch {
             coarse,
             by_regions,
             tolerance: n.div_ceil(16).max(1),
+            judged_by_group: false,
             stage: Stage::Baseline,
         }
     }
@@ -198,6 +212,13 @@ impl AdaptiveSearch {
     fn margin(&self, m: &Measurements, k1: usize, k2: usize) -> f64 {
         let level = m.mean(k1).unwrap_or(0.0).max(m.mean(k2).unwrap_or(0.0));
         let floor = self.noise_floor * level;
+        if self.judged_by_group {
+            if let (Some(v1), Some(v2)) = (m.variance(k1), m.variance(k2)) {
+                let (n1, n2) = (m.count(k1) as f64, m.count(k2) as f64);
+                let z = 2.0 + 4.0 / (n1 + n2 - 2.0);
+                return (z * (v1 / n1 + v2 / n2).sqrt()).max(floor);
+            }
+        }
         match m.noise() {
             Some((sigma, dof)) => {
                 let z = 2.0 + 4.0 / dof as f64;
@@ -261,6 +282,11 @@ impl AdaptiveSearch {
                     let (best, best_ipc) = m.best().expect("k = 0 was measured");
                     let ipc = m.mean(k).expect("measured");
                     let past_peak = best != k && ipc < best_ipc - self.margin(m, k, best);
+                    if past_peak && self.judged_by_group && self.max_repeats >= 2 {
+                        if let Some(again) = [k, best].into_iter().find(|&x| m.count(x) < 2) {
+                            return Next::Measure(again);
+                        }
+                    }
                     if past_peak || i + 1 == self.coarse.len() {
                         // Nothing in the coarse pass beats k = 0 beyond noise: refining
                         // would only spend windows at worse placements. Confirm instead.
@@ -415,6 +441,17 @@ impl Search {
 
     pub fn mode(&self) -> SearchMode {
         self.mode
+    }
+
+    /// The search records the score of targets sharing an LLC, not its target's IPC
+    /// (adaptive search: confirm declines, compare by each candidate's own spread). The
+    /// score's noise depends on `k`: while a streaming tenant is partly confined, the others
+    /// gain only when its sweep is in the confined part, so one window's score depends on
+    /// where the sweep was, a noise that the repeats at `k = 0` do not show.
+    pub fn judged_by_group(&mut self) {
+        if let Some(a) = self.adaptive.as_mut() {
+            a.judged_by_group = true;
+        }
     }
 
     /// What to do next. Asking again without recording returns the same request.

@@ -17,8 +17,9 @@ use std::collections::BTreeSet;
 use std::time::Instant;
 
 use rocs_core::{
-    Action, ColourReport, Controller, Counters, EventKind, KnobError, Knobs, MemSample,
-    MigrationReport, Observation, Pid, Placement, Remapper, Sampler, State, VirtPage,
+    Action, ColourReport, Controller, CounterDelta, Counters, EventKind, KnobError, Knobs,
+    LlcGroup, MemSample, MigrationReport, Observation, Pid, Placement, Remapper, Sampler, State,
+    VirtPage,
 };
 use serde::Serialize;
 use thiserror::Error;
@@ -99,7 +100,8 @@ pub struct ProfilePoint {
     pub chosen_k: Option<usize>,
     /// Windows the search took.
     pub search_windows: Option<u64>,
-    /// The search's measured windows: (k, IPC), in order.
+    /// The search's measured windows: (k, what it recorded: the IPC, or the LLC group's
+    /// score when the processes' controllers took turns), in order.
     pub steps: Vec<(usize, f64)>,
 }
 
@@ -260,9 +262,14 @@ pub fn run_rocs(
                 steps: Vec::new(),
             });
         }
-        EventKind::SearchStep { k, ipc, .. } => {
+        EventKind::SearchStep {
+            k,
+            ipc,
+            group_score,
+            ..
+        } => {
             if let Some(p) = points.iter_mut().rev().find(|p| p.pid == c.pid()) {
-                p.steps.push((*k, *ipc));
+                p.steps.push((*k, group_score.unwrap_or(*ipc)));
             }
         }
         EventKind::SearchDone { k, windows, .. } => {
@@ -273,8 +280,16 @@ pub fn run_rocs(
         }
         _ => {}
     };
+    // Every process of the machine shares its LLC: their controllers take turns to profile
+    // and search, and the searching one is judged by the group's throughput.
+    let mut group = LlcGroup::new();
+    for c in &ctrls {
+        group.join(c.pid());
+    }
+    let mut counters: Vec<(Pid, CounterDelta)> = Vec::with_capacity(ctrls.len());
     loop {
         let more = m.run_for_checked(window_cycles)?;
+        counters.clear();
         for ctrl in &mut ctrls {
             let pid = ctrl.pid();
             samples.clear();
@@ -283,13 +298,24 @@ pub fn run_rocs(
             apply(&mut m, ctrl, a, &mut on_event)?;
             let a = ctrl.on(Observation::SampleLoss(loss));
             apply(&mut m, ctrl, a, &mut on_event)?;
-            let delta = m.read(pid)?;
-            let a = if more || delta.instructions > 0 {
-                ctrl.on(Observation::Window(delta))
-            } else {
-                ctrl.on(Observation::TargetExited)
+            counters.push((pid, m.read(pid)?));
+        }
+        for pid in group.begin_window(&counters) {
+            let (Some(ctrl), Some(&(_, delta))) = (
+                ctrls.iter_mut().find(|c| c.pid() == pid),
+                counters.iter().find(|(p, _)| *p == pid),
+            ) else {
+                continue;
             };
-            apply(&mut m, ctrl, a, &mut on_event)?;
+            if more || delta.instructions > 0 {
+                let a = group.feed(ctrl, delta);
+                apply(&mut m, ctrl, a, &mut on_event)?;
+                group.update(ctrl);
+            } else {
+                let a = ctrl.on(Observation::TargetExited);
+                apply(&mut m, ctrl, a, &mut on_event)?;
+                group.leave(pid);
+            }
         }
         if !more {
             break;
