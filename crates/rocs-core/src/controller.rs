@@ -181,7 +181,8 @@ pub enum EventKind {
         k: usize,
         ipc: f64,
         mpki: f64,
-        /// What the search recorded instead of `ipc`: the LLC group's throughput.
+        /// What the search recorded instead of `ipc`: the LLC group's score, averaged over
+        /// the windows measured at `k`.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         group_score: Option<f64>,
     },
@@ -229,6 +230,9 @@ pub struct Stats {
 /// each such search in a row, up to the maximum).
 const FRUITLESS_COOLDOWN: u32 = 8;
 const FRUITLESS_COOLDOWN_MAX: u32 = 512;
+
+/// Windows measured, and averaged, at each placement of a search judged by an LLC group.
+const GROUP_MEASURE_WINDOWS: usize = 2;
 
 /// Most events kept in the history (the oldest go first).
 const HISTORY_CAP: usize = 4096;
@@ -287,6 +291,10 @@ pub struct Controller {
     group_score: Option<f64>,
     /// The last window came with a group score: a search starting now is judged by it.
     scored_by_group: bool,
+    /// The search in progress is judged by the LLC group's score.
+    group_search: bool,
+    /// Scores of the windows measured so far at the current placement (group search).
+    span: Vec<f64>,
     in_flight: u32,
     budget_left: u32,
     history: VecDeque<Event>,
@@ -334,6 +342,8 @@ impl Controller {
             waiting: false,
             group_score: None,
             scored_by_group: false,
+            group_search: false,
+            span: Vec::new(),
             in_flight: 0,
             budget_left: knobs.page_budget,
             history: VecDeque::new(),
@@ -528,16 +538,32 @@ impl Controller {
                     if !ran {
                         return;
                     }
-                    self.measuring = None;
                     let (ipc, mpki) = (delta.ipc(), delta.mpki());
+                    let mut value = group_score.unwrap_or(ipc);
+                    if self.group_search {
+                        // A search judged by its LLC group measures each placement over
+                        // several windows: the others' gain comes in bursts (while a
+                        // partly confined stream sweeps its confined part), and one window
+                        // says more about where the sweep was than about `k`.
+                        let Some(score) = group_score else {
+                            return;
+                        };
+                        self.span.push(score);
+                        if self.span.len() < GROUP_MEASURE_WINDOWS {
+                            return;
+                        }
+                        value = self.span.iter().sum::<f64>() / self.span.len() as f64;
+                        self.span.clear();
+                    }
+                    self.measuring = None;
                     if let Some(s) = self.search.as_mut() {
-                        s.record(k, group_score.unwrap_or(ipc));
+                        s.record(k, value);
                     }
                     let step = EventKind::SearchStep {
                         k,
                         ipc,
                         mpki,
-                        group_score,
+                        group_score: group_score.map(|_| value),
                     };
                     self.event(step, out);
                 }
@@ -678,7 +704,9 @@ impl Controller {
             .filter(|&i| e[i].miss_rate != e[i - 1].miss_rate)
             .collect();
         let mut search = Search::new(&self.knobs, n, boundaries);
-        if self.scored_by_group {
+        self.group_search = self.scored_by_group;
+        self.span.clear();
+        if self.group_search {
             search.judged_by_group();
         }
         self.search = Some(search);

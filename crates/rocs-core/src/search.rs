@@ -291,7 +291,13 @@ impl AdaptiveSearch {
                         // Nothing in the coarse pass beats k = 0 beyond noise: refining
                         // would only spend windows at worse placements. Confirm instead.
                         let base = m.mean(0).expect("measured");
-                        if best == 0 || best_ipc - base <= self.margin(m, best, 0) {
+                        // Judged by a group, the gain is the other tenants': it comes when
+                        // a polluter is (almost) wholly confined, and measuring placements
+                        // between coarse points costs more than it can find.
+                        if best == 0
+                            || best_ipc - base <= self.margin(m, best, 0)
+                            || self.judged_by_group
+                        {
                             self.stage = Stage::Confirm;
                             continue;
                         }
