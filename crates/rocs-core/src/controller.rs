@@ -20,7 +20,7 @@ use std::collections::{BTreeSet, HashSet, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
-use crate::knobs::{KnobError, Knobs};
+use crate::knobs::{KnobError, Knobs, SearchMode};
 use crate::phase::{PhaseDetector, PhaseVerdict};
 use crate::regions::{build_stack, Region, RegionParams, StackBuild};
 use crate::search::{Next, Search};
@@ -234,6 +234,25 @@ const FRUITLESS_COOLDOWN_MAX: u32 = 512;
 /// Windows measured, and averaged, at each placement of a search judged by an LLC group.
 const GROUP_MEASURE_WINDOWS: usize = 2;
 
+/// Phases whose search result is remembered (the oldest is forgotten first).
+const PHASES_REMEMBERED: usize = 4;
+
+/// A remembered phase matches a new stack when this share of its confined pages are the
+/// new stack's top pages.
+const RECALL_OVERLAP: f64 = 0.9;
+
+/// A remembered choice is kept without a new search if it measures at least this share of
+/// the gain it measured over k = 0 when it was chosen.
+const RECALL_GAIN_SHARE: f64 = 0.5;
+
+/// What a search that paid found: its pages, and IPC with and without them confined.
+#[derive(Clone, Debug)]
+struct PhaseMemory {
+    pages: HashSet<VirtPage>,
+    ipc: f64,
+    baseline_ipc: f64,
+}
+
 /// Most events kept in the history (the oldest go first).
 const HISTORY_CAP: usize = 4096;
 
@@ -251,6 +270,11 @@ pub struct Controller {
     /// Pages in the profile at the end of the previous profile window.
     profile_pages_seen: usize,
     build: StackBuild,
+    /// The pages of the current stack.
+    stack_pages: HashSet<VirtPage>,
+    /// Results of earlier fruitful searches, newest first: a phase that comes back is
+    /// recognised by its stack and tries its old `k` first.
+    remembered: VecDeque<PhaseMemory>,
     confined: BTreeSet<VirtPage>,
     /// Ordinary pages found in the pollute colours (the allocator put them there); moved
     /// out when a search confines anything.
@@ -320,6 +344,8 @@ impl Controller {
             profile_windows: 0,
             profile_pages_seen: 0,
             build: StackBuild::default(),
+            stack_pages: HashSet::new(),
+            remembered: VecDeque::new(),
             confined: BTreeSet::new(),
             squatters: BTreeSet::new(),
             evicted: BTreeSet::new(),
@@ -703,22 +729,30 @@ impl Controller {
         let boundaries = (1..n)
             .filter(|&i| e[i].miss_rate != e[i - 1].miss_rate)
             .collect();
+        self.stack_pages = self.build.stack.top(n).collect();
         let mut search = Search::new(&self.knobs, n, boundaries);
         self.group_search = self.scored_by_group;
         self.span.clear();
         if self.group_search {
             search.judged_by_group();
         }
+        let recalled = self.recall();
+        if let Some((k, accept_above)) = recalled {
+            search.recall(k, accept_above);
+        }
         self.search = Some(search);
         self.measuring = None;
         self.final_k = None;
         self.search_started_at = self.stats.windows;
         self.stats.searches += 1;
-        let reason = format!(
+        let mut reason = format!(
             "{} search over a stack of {n} pages in {} regions",
             self.knobs.search,
             self.build.regions.len()
         );
+        if let (Some((k, _)), SearchMode::Adaptive) = (recalled, self.knobs.search) {
+            reason += &format!(", from k = {k}: its top pages are an earlier phase's choice");
+        }
         self.transition(State::Search, reason, out);
         // First learn which stack pages already sit in the pollute colours; the search
         // starts once the answer is in.
@@ -776,6 +810,18 @@ impl Controller {
                 if self.final_k.is_none() {
                     self.final_k = Some(k);
                     let m = search.measurements();
+                    if let (true, Some(ipc), Some(baseline_ipc)) = (k > 0, m.mean(k), m.mean(0)) {
+                        let pages: HashSet<VirtPage> = self.build.stack.top(k).collect();
+                        // The same phase found again replaces its old entry.
+                        self.remembered
+                            .retain(|r| overlap(&r.pages, &pages) < RECALL_OVERLAP);
+                        self.remembered.push_front(PhaseMemory {
+                            pages,
+                            ipc,
+                            baseline_ipc,
+                        });
+                        self.remembered.truncate(PHASES_REMEMBERED);
+                    }
                     let done = EventKind::SearchDone {
                         k,
                         ipc: m.mean(k),
@@ -794,6 +840,31 @@ impl Controller {
                 }
             }
         }
+    }
+
+    /// The remembered phase whose confined pages are (nearly all) the top pages of the new
+    /// stack: its `k` on this stack, and the IPC that `k` must reach to be kept.
+    fn recall(&self) -> Option<(usize, f64)> {
+        let n = self.build.stack.len();
+        self.remembered.iter().find_map(|r| {
+            let k = r.pages.len();
+            if k == 0 || k > n {
+                return None;
+            }
+            let top: HashSet<VirtPage> = self.build.stack.top(k).collect();
+            (overlap(&r.pages, &top) >= RECALL_OVERLAP).then_some((
+                k,
+                r.baseline_ipc + RECALL_GAIN_SHARE * (r.ipc - r.baseline_ipc),
+            ))
+        })
+    }
+
+    /// Whether the current profile saw `page` (it is in the stack or has samples). Confined
+    /// pages it did not see stay where they are: a page this phase does not touch costs
+    /// nothing in the pollute buffer, and the phase that confined it finds it there when
+    /// it comes back.
+    fn seen(&self, page: &VirtPage) -> bool {
+        self.stack_pages.contains(page) || self.profile.get(*page).is_some()
     }
 
     /// `fruitful`: the search chose to confine something. (Not "pages are confined now":
@@ -842,6 +913,7 @@ impl Controller {
         let restore: Vec<VirtPage> = self
             .confined
             .iter()
+            .filter(|p| self.seen(p))
             .chain(self.squatters.iter().filter(|_| k > 0))
             .filter(|p| !target.contains(p) && !self.failed.contains(p))
             .copied()
@@ -1016,4 +1088,12 @@ impl Controller {
         self.history.push_back(e.clone());
         out.push(Action::Report(e));
     }
+}
+
+/// The share of `a` that is also in `b`.
+fn overlap(a: &HashSet<VirtPage>, b: &HashSet<VirtPage>) -> f64 {
+    if a.is_empty() {
+        return 0.0;
+    }
+    a.iter().filter(|p| b.contains(p)).count() as f64 / a.len() as f64
 }

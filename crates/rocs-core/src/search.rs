@@ -148,6 +148,12 @@ pub struct AdaptiveSearch {
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 enum Stage {
+    /// A phase seen before: measure its remembered `k` first, and keep it if it measures
+    /// at least `accept_above`.
+    Recall {
+        k: usize,
+        accept_above: f64,
+    },
     Baseline,
     Coarse {
         i: usize,
@@ -268,6 +274,16 @@ impl AdaptiveSearch {
         // change advances the coarse pass, narrows the bracket, or ends the search.
         loop {
             match self.stage.clone() {
+                Stage::Recall { k, accept_above } => {
+                    if m.count(k) == 0 {
+                        return Next::Measure(k);
+                    }
+                    if m.mean(k).expect("measured") >= accept_above {
+                        return Next::Done(k);
+                    }
+                    // The phase is not what it was: search it afresh (this window counts).
+                    self.stage = Stage::Baseline;
+                }
                 Stage::Baseline => {
                     if m.count(0) < 2 {
                         return Next::Measure(0);
@@ -460,6 +476,19 @@ impl Search {
         }
     }
 
+    /// Start by measuring `k`, the remembered choice of an earlier phase whose stack this
+    /// one repeats, and end there if it measures at least `accept_above` (the remembered
+    /// search measured k = 0 then; a phase that comes back need not pay for it again).
+    /// Otherwise the search goes on as usual, with that window as a measurement. Adaptive
+    /// search only: linear search is Algorithm 1 as the paper has it.
+    pub fn recall(&mut self, k: usize, accept_above: f64) {
+        if let Some(a) = self.adaptive.as_mut() {
+            if k > 0 && k <= a.n {
+                a.stage = Stage::Recall { k, accept_above };
+            }
+        }
+    }
+
     /// What to do next. Asking again without recording returns the same request.
     pub fn next_step(&mut self) -> Next {
         match (&mut self.linear, &mut self.adaptive) {
@@ -529,6 +558,31 @@ mod tests {
         assert_eq!(k, 0);
         let (k, _) = run(Search::new(&knobs, 1000, vec![]), |k| 1.0 - k as f64 * 1e-4);
         assert_eq!(k, 0);
+    }
+
+    #[test]
+    fn a_recalled_k_ends_the_search_if_it_still_pays_and_is_searched_again_if_not() {
+        let knobs = Knobs::default();
+        let f = |k: usize| if k <= 613 { 1.0 + k as f64 * 1e-3 } else { 1.0 };
+        let mut s = Search::new(&knobs, 1000, vec![613, 900]);
+        s.recall(613, 1.3);
+        assert_eq!(run(s, f), (613, 1));
+        // The phase changed: 613 no longer pays; the full search finds k = 0.
+        let mut s = Search::new(&knobs, 1000, vec![613, 900]);
+        s.recall(613, 1.3);
+        let (k, windows) = run(s, |_| 1.0);
+        assert_eq!(k, 0);
+        assert!(windows > 3);
+        // Linear search ignores it.
+        let linear = Knobs {
+            search: SearchMode::Linear,
+            linear_step: Some(100),
+            ..Knobs::default()
+        };
+        let mut s = Search::new(&linear, 1000, vec![]);
+        s.recall(600, 1.3);
+        let (_, windows) = run(s, f);
+        assert_eq!(windows, 10);
     }
 
     #[test]
