@@ -14,7 +14,8 @@ use rocs_config::protocol::{
 };
 use rocs_core::{
     Action, ColourReport, Command, Controller, CounterDelta, Counters, Errno, Event, EventKind,
-    Knobs, MemSample, MigrationReport, Observation, Pid, Placement, Remapper, Sampler, State,
+    Knobs, LlcGroup, MemSample, MigrationReport, Observation, Pid, Placement, Remapper, Sampler,
+    State,
 };
 use serde_json::Value;
 
@@ -121,8 +122,10 @@ impl TargetDriver {
         first
     }
 
-    /// End of a window: samples, loss, counters; then carry out what the controller asks.
-    pub fn window<P>(&mut self, platform: &mut P)
+    /// End of a window, first half: drain and feed the samples, read the counters (`None`
+    /// if they could not be read; the error is reported). The second half is
+    /// [`TargetDriver::observe_window`], once every target of the LLC has been read.
+    pub fn end_window<P>(&mut self, platform: &mut P) -> Option<CounterDelta>
     where
         P: Sampler + Counters + Remapper,
     {
@@ -142,10 +145,36 @@ impl TargetDriver {
             Ok(delta) => {
                 self.last = delta;
                 self.measured = true;
+                Some(delta)
+            }
+            Err(e) => {
+                self.error(format!("reading counters: {e}"));
+                self.refresh();
+                None
+            }
+        }
+    }
+
+    /// Second half of a window: feed the counters (through the LLC group the target shares
+    /// its cache with, if any) and carry out what the controller asks.
+    pub fn observe_window<P>(
+        &mut self,
+        platform: &mut P,
+        delta: CounterDelta,
+        group: Option<&mut LlcGroup>,
+    ) where
+        P: Sampler + Counters + Remapper,
+    {
+        match group {
+            Some(group) => {
+                let actions = group.feed(&mut self.controller, delta);
+                self.carry_out(platform, actions);
+                group.update(&self.controller);
+            }
+            None => {
                 let actions = self.controller.on(Observation::Window(delta));
                 self.carry_out(platform, actions);
             }
-            Err(e) => self.error(format!("reading counters: {e}")),
         }
         self.refresh();
     }

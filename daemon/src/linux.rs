@@ -16,8 +16,8 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use rocs_config::DaemonConfig;
 use rocs_core::{
-    CacheGeometry, Colour, Command, CounterDelta, Counters, Knobs, MemSample, PageResult, Pid,
-    Placement, Remapper, SampleLoss, Sampler, SamplingPlan, VirtPage,
+    CacheGeometry, Colour, Command, CounterDelta, Counters, Knobs, LlcGroup, MemSample, PageResult,
+    Pid, Placement, Remapper, SampleLoss, Sampler, SamplingPlan, VirtPage,
 };
 use rocs_linux::counters::CounterEvents;
 use rocs_linux::plan::software_page_fault_plan;
@@ -205,6 +205,9 @@ struct Shared {
     page_shift: u32,
     colours: u32,
     window: Duration,
+    /// Every target shares the machine's LLC: they take turns to profile and search, and
+    /// the searching one is judged by their combined throughput.
+    group: Mutex<LlcGroup>,
 }
 
 /// Start the scanner; it starts and stops the target tasks.
@@ -222,6 +225,7 @@ pub fn start(
         page_shift: setup.page_shift,
         colours: daemon.colours,
         window: Duration::from_millis(daemon.config.window_ms),
+        group: Mutex::new(LlcGroup::new()),
     });
     vec![tokio::spawn(scan_loop(daemon.clone(), shared, shutdown))]
 }
@@ -349,6 +353,16 @@ async fn scan_loop(daemon: Arc<Daemon>, shared: Arc<Shared>, mut shutdown: watch
     }
 }
 
+/// The machine's LLC group. A task that panicked while holding it left it consistent
+/// enough (each call completes its bookkeeping before the next), so a poisoned lock is
+/// taken over rather than spreading the panic to every target.
+fn lock_group(shared: &Shared) -> std::sync::MutexGuard<'_, LlcGroup> {
+    shared
+        .group
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// Which policy applies to the process, reading only what the policies look at.
 fn verdict(loaded: &LoadedPolicies, pid: Pid, comm: &str) -> Verdict {
     let info = process_info(pid, comm, loaded.set.uses_exe(), loaded.set.uses_cgroups());
@@ -416,6 +430,7 @@ async fn run_target(
     if daemon.paused() {
         driver.command(&mut platform, Command::Pause);
     }
+    lock_group(&shared).join(pid);
     let proc_dir = format!("/proc/{pid}");
     let mut tick = tokio::time::interval(shared.window);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -445,13 +460,20 @@ async fn run_target(
                     driver.exited(&mut platform);
                     break;
                 }
-                driver.window(&mut platform);
+                if let Some(delta) = driver.end_window(&mut platform) {
+                    // No await while the group is held: the other targets' tasks wait
+                    // for at most one window's moves.
+                    let mut group = lock_group(&shared);
+                    group.note_counters(pid, delta);
+                    driver.observe_window(&mut platform, delta, Some(&mut group));
+                }
                 if driver.first_measure() {
                     daemon.note_measured();
                 }
             }
         }
     }
+    lock_group(&shared).leave(pid);
     daemon.unregister(pid);
     drop(platform);
     tracing::debug!(pid, "released");

@@ -14,7 +14,7 @@ use std::time::Duration;
 use anyhow::Context;
 use rocs_config::protocol::{ErrorCode, ErrorReply};
 use rocs_config::{parse_proc_cgroup, ConfigError, DaemonConfig, ProcessInfo, SimWorkload};
-use rocs_core::{CacheGeometry, Command, Pid};
+use rocs_core::{CacheGeometry, Command, CounterDelta, LlcGroup, Pid};
 use rocs_sim::{Machine, MachineProfile, Workload};
 use tokio::sync::{mpsc, watch};
 
@@ -105,6 +105,9 @@ struct Run {
     /// (shown pid, machine pid, process name) of every process.
     procs: Vec<(Pid, Pid, String)>,
     drivers: BTreeMap<Pid, TargetDriver>,
+    /// Every process of the machine shares its LLC: the targets take turns to profile and
+    /// search, and the searching one is judged by their combined throughput.
+    group: LlcGroup,
 }
 
 impl SimHost {
@@ -140,6 +143,7 @@ impl SimHost {
                 machine,
                 procs,
                 drivers: BTreeMap::new(),
+                group: LlcGroup::new(),
             };
             let loaded = self.daemon.policies();
             self.attach(&mut run, &loaded, &tx);
@@ -165,15 +169,14 @@ impl SimHost {
                     _ = tokio::time::sleep_until(next) => {
                         // The simulation is CPU work: run it off the runtime's workers.
                         let began = std::time::Instant::now();
-                        let Run { machine, procs, drivers } = run;
-                        let (machine, drivers, alive) = match tokio::task::spawn_blocking(move || {
+                        let Run { machine, procs, drivers, group } = run;
+                        let (machine, drivers, group, alive) = match tokio::task::spawn_blocking(move || {
                             let mut machine = machine;
                             let mut drivers = drivers;
+                            let mut group = group;
                             let alive = machine.run_for(window);
-                            for d in drivers.values_mut() {
-                                d.window(&mut machine);
-                            }
-                            (machine, drivers, alive)
+                            window_of_group(&mut machine, &mut drivers, &mut group);
+                            (machine, drivers, group, alive)
                         }).await {
                             Ok(r) => r,
                             Err(e) => {
@@ -181,7 +184,7 @@ impl SimHost {
                                 return;
                             }
                         };
-                        run = Run { machine, procs, drivers };
+                        run = Run { machine, procs, drivers, group };
                         for d in run.drivers.values_mut() {
                             if d.first_measure() {
                                 self.daemon.note_measured();
@@ -191,6 +194,7 @@ impl SimHost {
                             tracing::info!("simulated workload {name} finished; starting it again");
                             for (pid, mut d) in std::mem::take(&mut run.drivers) {
                                 d.exited(&mut run.machine);
+                                run.group.leave(d.platform_pid);
                                 self.daemon.unregister(pid);
                             }
                             generation += 1;
@@ -267,6 +271,7 @@ impl SimHost {
             if self.daemon.paused() {
                 d.command(&mut run.machine, Command::Pause);
             }
+            run.group.join(mpid);
             run.drivers.insert(pid, d);
         }
     }
@@ -293,6 +298,7 @@ impl SimHost {
             if let Some(mut d) = run.drivers.remove(&pid) {
                 tracing::info!(pid, "policy changed: releasing the target");
                 d.release(&mut run.machine, true);
+                run.group.leave(d.platform_pid);
                 self.daemon.unregister(pid);
             }
         }
@@ -324,6 +330,7 @@ impl SimHost {
             HostCommand::Exited { pid } => {
                 if let Some(mut d) = run.drivers.remove(&pid) {
                     d.exited(&mut run.machine);
+                    run.group.leave(d.platform_pid);
                     self.daemon.unregister(pid);
                 }
             }
@@ -335,7 +342,29 @@ impl SimHost {
     fn release_all(&self, run: &mut Run, restore: bool) {
         for (pid, mut d) in std::mem::take(&mut run.drivers) {
             d.release(&mut run.machine, restore);
+            run.group.leave(d.platform_pid);
             self.daemon.unregister(pid);
+        }
+    }
+}
+
+/// One window of every target of a machine: all their counters first (the same stretch of
+/// simulated time), then each controller through the group, in the order it asks.
+fn window_of_group(
+    machine: &mut Machine,
+    drivers: &mut BTreeMap<Pid, TargetDriver>,
+    group: &mut LlcGroup,
+) {
+    let counters: Vec<(Pid, CounterDelta)> = drivers
+        .values_mut()
+        .filter_map(|d| d.end_window(machine).map(|delta| (d.platform_pid, delta)))
+        .collect();
+    for mpid in group.begin_window(&counters) {
+        let Some(&(_, delta)) = counters.iter().find(|(p, _)| *p == mpid) else {
+            continue;
+        };
+        if let Some(d) = drivers.values_mut().find(|d| d.platform_pid == mpid) {
+            d.observe_window(machine, delta, Some(group));
         }
     }
 }

@@ -152,6 +152,18 @@ impl LlcGroup {
         order
     }
 
+    /// For drivers whose members' windows do not line up (rocsd on Linux: one task per
+    /// target, each on its own timer of the same period): this member's counters become its
+    /// latest window, the others' latest stay, and the window count advances. Call it, then
+    /// [`LlcGroup::feed`]. The score then combines windows that overlap rather than
+    /// coincide; turns work the same.
+    pub fn note_counters(&mut self, pid: Pid, delta: CounterDelta) {
+        if self.members.contains_key(&pid) {
+            self.windows += 1;
+            self.window.insert(pid, delta);
+        }
+    }
+
     /// The group's score of the window being fed: the mean, over the members that have a
     /// reference pace for this turn and ran in the window, of IPC / reference IPC (the
     /// normalised weighted speedup of the mix). `None` when no such member ran.
