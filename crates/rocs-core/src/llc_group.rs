@@ -561,6 +561,73 @@ mod tests {
     }
 
     #[test]
+    fn unaligned_windows_take_turns_and_score_on_the_latest_counters() {
+        // rocsd on Linux: each target's task ends its windows on its own timer.
+        let mut group = LlcGroup::new();
+        let mut targets = vec![Target::new(1, 0x1000), Target::new(2, 0x2000)];
+        for t in &targets {
+            group.join(t.pid());
+        }
+        for round in 0..200 {
+            for i in 0..targets.len() {
+                let t = &mut targets[i];
+                if t.sampling {
+                    let samples = t.samples();
+                    let a = t.ctrl.on(Observation::Samples(&samples));
+                    t.carry_out(a);
+                }
+                let victim = if round % 2 == 0 { 0.2 } else { 0.3 };
+                let d = delta(if t.pid() == 1 { 0.5 } else { victim });
+                group.note_counters(t.pid(), d);
+                let a = group.feed(&mut t.ctrl, d);
+                t.carry_out(a);
+                group.update(&t.ctrl);
+                assert!(
+                    busy(&targets).len() <= 1,
+                    "round {round}: two hold the turn"
+                );
+            }
+        }
+        for t in &targets {
+            assert!(t.ctrl.stats().searches > 0, "{} never searched", t.pid());
+        }
+        // The score combines each member's latest window.
+        let mut group = LlcGroup::new();
+        group.join(1);
+        group.join(2);
+        let mut a = Target::new(1, 0x1000);
+        group.note_counters(2, delta(0.2));
+        group.note_counters(1, delta(0.5));
+        // Member 1 starts to profile: the paces are the latest windows, 0.5 and 0.2.
+        let _ = group.feed(&mut a.ctrl, delta(0.5));
+        assert_eq!(group.holder(), Some(1));
+        group.note_counters(2, delta(0.3));
+        let score = group.score().expect("both measured");
+        assert!((score - (1.0 + 1.5) / 2.0).abs() < 1e-9, "{score}");
+    }
+
+    #[test]
+    fn a_member_that_stops_running_is_no_phase_change_of_the_others() {
+        let mut group = LlcGroup::new();
+        group.join(1);
+        group.join(2);
+        let mut t1 = Target::new(1, 0x1000);
+        let ran = delta(0.5);
+        let idle = CounterDelta::default();
+        group.begin_window(&[(1, ran), (2, ran)]);
+        let _ = group.feed(&mut t1.ctrl, ran);
+        assert!(!group.tell_changed.contains(&1));
+        // Member 2 stopped running: member 1 is told before its next window.
+        group.begin_window(&[(1, ran), (2, idle)]);
+        assert!(group.tell_changed.contains(&1));
+        let _ = group.feed(&mut t1.ctrl, ran);
+        assert!(!group.tell_changed.contains(&1));
+        // Nothing changed since: nothing to tell.
+        group.begin_window(&[(1, ran), (2, idle)]);
+        assert!(group.tell_changed.is_empty());
+    }
+
+    #[test]
     fn a_group_of_one_sends_no_score_and_never_withholds() {
         let mut group = LlcGroup::new();
         let mut targets = vec![Target::new(1, 0x1000)];
