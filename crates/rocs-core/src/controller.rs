@@ -296,6 +296,10 @@ pub struct Controller {
     moved_at: Option<u64>,
     /// The search is over; moving to this `k` before Steady.
     final_k: Option<usize>,
+    /// Windows measured at k = 0 in this search that missed too little to be worth
+    /// profiling, and that missed enough.
+    baseline_quiet: u32,
+    baseline_loud: u32,
     search_started_at: u64,
     phase: PhaseDetector,
     /// Windows observed in the current Steady stretch.
@@ -357,6 +361,8 @@ impl Controller {
             awaiting_colours: false,
             moved_at: None,
             final_k: None,
+            baseline_quiet: 0,
+            baseline_loud: 0,
             search_started_at: 0,
             phase: PhaseDetector::new(knobs.phase_band, knobs.phase_windows),
             skip_window: false,
@@ -582,6 +588,13 @@ impl Controller {
                         self.span.clear();
                     }
                     self.measuring = None;
+                    if k == 0 {
+                        if self.worth_profiling(&delta) {
+                            self.baseline_loud += 1;
+                        } else {
+                            self.baseline_quiet += 1;
+                        }
+                    }
                     if let Some(s) = self.search.as_mut() {
                         s.record(k, value);
                     }
@@ -743,6 +756,8 @@ impl Controller {
         self.search = Some(search);
         self.measuring = None;
         self.final_k = None;
+        self.baseline_quiet = 0;
+        self.baseline_loud = 0;
         self.search_started_at = self.stats.windows;
         self.stats.searches += 1;
         let mut reason = format!(
@@ -792,6 +807,15 @@ impl Controller {
         };
         let next = match self.final_k {
             Some(k) => Next::Done(k),
+            // The misses that started the profile are gone (a cold start that warmed up, a
+            // burst that ended): with nothing missing at k = 0, no `k` can gain, and every
+            // probe would cost its moves.
+            None if self.baseline_quiet >= 2
+                && self.baseline_loud == 0
+                && search.measurements().iter().all(|(k, _, _)| k == 0) =>
+            {
+                Next::Done(0)
+            }
             None => search.next_step(),
         };
         match next {
@@ -831,11 +855,14 @@ impl Controller {
                     self.event(done, out);
                 }
                 if self.move_towards(k, out) {
-                    let reason = format!(
+                    let mut reason = format!(
                         "search chose k = {k} of {} pages ({} confined)",
                         self.build.stack.len(),
                         self.confined.len()
                     );
+                    if k == 0 && self.baseline_loud == 0 && self.baseline_quiet > 0 {
+                        reason += "; at k = 0 the target missed too little to be worth profiling: nothing to gain";
+                    }
                     self.enter_steady(reason, k > 0, out);
                 }
             }

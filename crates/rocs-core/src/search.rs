@@ -303,7 +303,15 @@ impl AdaptiveSearch {
                             return Next::Measure(again);
                         }
                     }
-                    if past_peak || i + 1 == self.coarse.len() {
+                    // Below k = 0 and still falling: however noisy the windows, nothing
+                    // so far hints at a gain further on, and each larger probe moves more
+                    // pages (on a machine where confining also squeezes a physically
+                    // indexed L2, the probes cost more than any gain could repay).
+                    let falling = i > 0
+                        && !self.judged_by_group
+                        && ipc < m.mean(0).expect("measured")
+                        && ipc < m.mean(self.coarse[i - 1]).expect("measured");
+                    if past_peak || falling || i + 1 == self.coarse.len() {
                         // Nothing in the coarse pass beats k = 0 beyond noise: refining
                         // would only spend windows at worse placements. Confirm instead.
                         let base = m.mean(0).expect("measured");
@@ -583,6 +591,27 @@ mod tests {
         s.recall(600, 1.3);
         let (_, windows) = run(s, f);
         assert_eq!(windows, 10);
+    }
+
+    #[test]
+    fn the_coarse_pass_stops_when_ipc_is_below_k0_and_falling() {
+        // A gentle decline, each step within the noise floor: no probe is significantly
+        // worse than k = 0, but two in a row below it and falling end the coarse pass
+        // before the large (expensive) probes.
+        let knobs = Knobs::default();
+        let mut s = Search::new(&knobs, 1000, vec![]);
+        let mut measured = Vec::new();
+        let k = loop {
+            match s.next_step() {
+                Next::Measure(k) => {
+                    measured.push(k);
+                    s.record(k, 1.0 - k as f64 * 1e-5);
+                }
+                Next::Done(k) => break k,
+            }
+        };
+        assert_eq!(k, 0);
+        assert!(measured.iter().all(|&k| k <= 250), "{measured:?}");
     }
 
     #[test]

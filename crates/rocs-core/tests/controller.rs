@@ -551,6 +551,36 @@ fn a_fruitless_search_holds_off_the_phase_watch_while_its_restores_are_in_flight
 }
 
 #[test]
+fn a_search_whose_baseline_no_longer_misses_ends_at_k0_without_a_probe() {
+    // The misses that started the profile were a cold start: by the time the search
+    // measures k = 0 the target misses too little to be worth profiling. No probe, no move.
+    let mut d = Driver::new(knobs(SearchMode::Adaptive), World::new(art_like(), 0.01, 2));
+    while d.ctrl.state() != State::Search {
+        d.window();
+        assert!(d.ctrl.stats().windows < 50);
+    }
+    d.world.mpki = 0.2;
+    d.run_until_steady(50);
+    assert_eq!(d.ctrl.stats().search_windows, 2);
+    assert_eq!(d.ctrl.stats().pages_migrated, 0);
+    assert!(d.ctrl.confined().is_empty());
+    let reason = d
+        .ctrl
+        .history()
+        .filter_map(|e| match &e.kind {
+            EventKind::Transition {
+                to: State::Steady,
+                reason,
+                ..
+            } => Some(reason.clone()),
+            _ => None,
+        })
+        .last()
+        .unwrap();
+    assert!(reason.contains("missed too little"), "{reason}");
+}
+
+#[test]
 fn failed_migrations_are_counted_and_not_confined() {
     let mut w = World::new(art_like(), 0.0, 11);
     w.unmovable = (1000..1500).filter(|p| p % 10 == 0).collect();

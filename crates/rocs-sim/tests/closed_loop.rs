@@ -145,11 +145,47 @@ fn the_phased_workload_reprofiles_after_each_phase_change() {
         .collect();
     assert_eq!(chosen.len(), 4);
     assert!(chosen[0] > 0 && chosen[2] > 0, "{chosen:?}");
+    // The second streaming phase finds its stream still confined (the scratch phase never
+    // touched it) and recognises its stack: one window at the remembered k, no new search.
+    let again = run.profile_points[2].search_windows.unwrap();
     assert!(
-        base.stats.cycles as f64 / run.stats.cycles as f64 > 1.03,
-        "phased: speedup {}",
-        base.stats.cycles as f64 / run.stats.cycles as f64
+        again <= 2,
+        "second streaming phase searched {again} windows"
     );
+    // Within 5% of the offline best. The oracle takes minutes on this workload (one run
+    // per candidate k of each of 4 profiles), too long for this file; its figure comes
+    // from `rocsctl sim run --workload phased --machine ppc970fx --mode all --oracle-grid 2`
+    // (oracle speedup 1.251; 1.222 with --oracle-grid 8), and rocs must stay within 5% of
+    // the higher one.
+    const ORACLE_SPEEDUP: f64 = 1.251;
+    let speedup = base.stats.cycles as f64 / run.stats.cycles as f64;
+    assert!(
+        speedup >= 0.95 * ORACLE_SPEEDUP,
+        "phased: speedup {speedup:.4}, {:.3} of the oracle's {ORACLE_SPEEDUP}",
+        speedup / ORACLE_SPEEDUP
+    );
+}
+
+#[test]
+fn with_nothing_to_gain_on_xeon_like_rocs_loses_under_1_percent() {
+    // xeon-like's 12 MB LLC holds these programs: only their cold start misses, and every
+    // probe at k > 0 also squeezes the physically indexed L2. rocs must notice that k = 0
+    // no longer misses and stop there. (Scale 0.5: at 0.3 cg-like is all cold start.)
+    let machine = MachineProfile::resolve("xeon-like").unwrap();
+    for workload in ["cg-like", "art-like"] {
+        let w = Workload::resolve(workload).unwrap().scaled(0.5);
+        let make = || Machine::new(&machine, &w, 1);
+        let cfg = LoopConfig::default();
+        let base = run_baseline(&make).unwrap();
+        let run = run_rocs(&make, &cfg.knobs, cfg.window_for(&base)).unwrap();
+        let speedup = base.stats.cycles as f64 / run.stats.cycles as f64;
+        assert!(
+            speedup >= 0.99,
+            "{workload} on xeon-like: speedup {speedup:.4} ({} search windows, {} pages moved)",
+            run.search_windows,
+            run.migrations
+        );
+    }
 }
 
 #[test]
