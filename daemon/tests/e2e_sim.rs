@@ -27,7 +27,7 @@ cpu_share = 1.0
 [[sim.workload]]
 name = "art-like"
 scale = 4.0
-seed = 2
+seed = 1
 [[sim.workload]]
 name = "mcf-like"
 "#;
