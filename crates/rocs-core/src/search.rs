@@ -306,9 +306,12 @@ impl AdaptiveSearch {
                     // Below k = 0 and still falling: however noisy the windows, nothing
                     // so far hints at a gain further on, and each larger probe moves more
                     // pages (on a machine where confining also squeezes a physically
-                    // indexed L2, the probes cost more than any gain could repay).
+                    // indexed L2, the probes cost more than any gain could repay). A search
+                    // judged by an LLC group too: where the others gain, their gain shows as
+                    // soon as part of the polluter is confined (noisy-neighbour on ppc970fx
+                    // rises from the first coarse point); where they cannot, the probes
+                    // only move pages (on xeon-like, 0.927 -> 0.980).
                     let falling = i > 0
-                        && !self.judged_by_group
                         && ipc < m.mean(0).expect("measured")
                         && ipc < m.mean(self.coarse[i - 1]).expect("measured");
                     if past_peak || falling || i + 1 == self.coarse.len() {
