@@ -5,6 +5,7 @@
 //! returns to the platform (start and stop sampling, migrate pages), feeding the migration
 //! reports back. The same driver runs on the simulated machine and on Linux.
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -44,6 +45,9 @@ pub struct TargetDriver {
     /// Counters read successfully at least once; `reported` once the host was told.
     measured: bool,
     reported: bool,
+    /// The pid users see of each platform pid that differs from it (the other simulated
+    /// processes of this target's machine), to name them in messages.
+    shown_pids: BTreeMap<Pid, Pid>,
 }
 
 impl TargetDriver {
@@ -98,7 +102,18 @@ impl TargetDriver {
             sampling: false,
             measured: false,
             reported: false,
+            shown_pids: BTreeMap::new(),
         })
+    }
+
+    /// How users know the platform's pids (simulated machines number their processes from
+    /// 1000 each; rocsd shows unique pids).
+    pub fn set_shown_pids(&mut self, shown_pids: BTreeMap<Pid, Pid>) {
+        self.shown_pids = shown_pids;
+    }
+
+    fn describe(&self, kind: &EventKind) -> (&'static str, String) {
+        describe(kind, &|p| self.shown_pids.get(&p).copied().unwrap_or(p))
     }
 
     pub fn given_knobs(&self) -> &Knobs {
@@ -294,7 +309,7 @@ impl TargetDriver {
     }
 
     fn log_event(&self, event: &Event) {
-        let (kind, text) = describe(&event.kind);
+        let (kind, text) = self.describe(&event.kind);
         tracing::info!(pid = self.pid, comm = %self.comm, "{kind}: {text}");
     }
 
@@ -362,7 +377,7 @@ impl TargetDriver {
                 let events = c
                     .history()
                     .map(|e| {
-                        let (kind, text) = describe(&e.kind);
+                        let (kind, text) = self.describe(&e.kind);
                         HistoryEntry {
                             window: e.window,
                             kind: kind.to_string(),
@@ -381,8 +396,9 @@ impl TargetDriver {
     }
 }
 
-/// A short kind and a sentence for people, for the journal and `rocsctl history`.
-pub fn describe(kind: &EventKind) -> (&'static str, String) {
+/// A short kind and a sentence for people, for the journal and `rocsctl history`; `shown`
+/// gives the pid users know for a platform pid.
+fn describe(kind: &EventKind, shown: &dyn Fn(Pid) -> Pid) -> (&'static str, String) {
     match kind {
         EventKind::Transition { from, to, reason } => {
             ("state", format!("{from} -> {to}: {reason}"))
@@ -413,7 +429,13 @@ pub fn describe(kind: &EventKind) -> (&'static str, String) {
                 format!("k = {k}: IPC {ipc:.3}, MPKI {mpki:.2}{group}"),
             )
         }
-        EventKind::Waiting { reason, .. } => ("state", format!("waiting: {reason}")),
+        EventKind::Waiting { holder, reason } => (
+            "state",
+            format!(
+                "waiting for pid {}'s search to finish: {reason}",
+                shown(*holder)
+            ),
+        ),
         EventKind::SearchDone {
             k,
             ipc,
@@ -445,5 +467,28 @@ pub fn describe(kind: &EventKind) -> (&'static str, String) {
             ),
         ),
         EventKind::Restored => ("restore", "every confined page is back".to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_waiting_target_names_the_holder_by_the_pid_users_see() {
+        let waiting = EventKind::Waiting {
+            holder: 1000,
+            reason: "LLC miss rate 0.40 ≥ 0.10".into(),
+        };
+        let shown: BTreeMap<Pid, Pid> = [(1000, 1002)].into();
+        let (kind, text) = describe(&waiting, &|p| shown.get(&p).copied().unwrap_or(p));
+        assert_eq!(kind, "state");
+        assert_eq!(
+            text,
+            "waiting for pid 1002's search to finish: LLC miss rate 0.40 ≥ 0.10"
+        );
+        // On Linux the platform's pid is the pid users see.
+        let (_, text) = describe(&waiting, &|p| p);
+        assert!(text.starts_with("waiting for pid 1000's search"), "{text}");
     }
 }

@@ -271,6 +271,14 @@ impl SimHost {
             if self.daemon.paused() {
                 d.command(&mut run.machine, Command::Pause);
             }
+            // Messages about the machine's other processes (whose search it waits for)
+            // name them by the pids users see.
+            d.set_shown_pids(
+                run.procs
+                    .iter()
+                    .map(|&(shown, mp, _)| (mp, shown))
+                    .collect(),
+            );
             run.group.join(mpid);
             run.drivers.insert(pid, d);
         }

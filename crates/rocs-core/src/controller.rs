@@ -186,7 +186,8 @@ pub enum EventKind {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         group_score: Option<f64>,
     },
-    /// The target has reason to profile, but another target of the same LLC holds the turn.
+    /// The target has reason to profile (`reason`), but another target of the same LLC
+    /// (`holder`, a platform pid: the driver names it as users know it) holds the turn.
     Waiting { holder: Pid, reason: String },
     /// The search chose `k`.
     SearchDone {
@@ -523,7 +524,6 @@ impl Controller {
             }
             Turn::Withheld { holder } => {
                 if !std::mem::replace(&mut self.waiting, true) {
-                    let reason = format!("{reason}; waiting for pid {holder}'s search to finish");
                     self.event(EventKind::Waiting { holder, reason }, out);
                 }
             }

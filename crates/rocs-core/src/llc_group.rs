@@ -438,10 +438,7 @@ mod tests {
                 unreachable!()
             };
             assert_ne!(*holder, pid);
-            assert!(
-                reason.contains(&format!("waiting for pid {holder}'s search to finish")),
-                "{reason}"
-            );
+            assert!(reason.contains("LLC miss rate"), "{reason}");
         }
     }
 
