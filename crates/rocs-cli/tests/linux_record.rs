@@ -10,9 +10,36 @@ fn rocsctl() -> Command {
     Command::cargo_bin("rocsctl").unwrap()
 }
 
-/// The same run each time: address randomisation off, wait a second (so the recorder is
-/// attached), then dd reads 16 MiB from /dev/zero into a fresh buffer twice. perl execs
-/// dd, so the pid stays the same.
+/// Wait until process `pid` runs `comm` and has taken no page fault for 150 ms: its
+/// start-up (exec, the dynamic loader) is over, however loaded the machine is, and a
+/// recorder attached now sees only what the process does next.
+fn wait_until_idle(pid: u32, comm: &str) {
+    let minor_faults = || -> Option<(String, u64)> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let (head, tail) = stat.rsplit_once(')')?;
+        let name = head.split_once('(')?.1.to_string();
+        // After the command: state is field 3 of proc(5), minflt field 10.
+        let minflt = tail.split_whitespace().nth(7)?.parse().ok()?;
+        Some((name, minflt))
+    };
+    let t0 = std::time::Instant::now();
+    let (mut last, mut quiet) = (None, 0);
+    while quiet < 3 {
+        assert!(t0.elapsed().as_secs() < 20, "{comm} ({pid}) did not settle");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        match minor_faults() {
+            Some((name, faults)) if name == comm => {
+                quiet = if last == Some(faults) { quiet + 1 } else { 0 };
+                last = Some(faults);
+            }
+            _ => (quiet, last) = (0, None),
+        }
+    }
+}
+
+/// The same run each time: address randomisation off, wait (so the recorder is attached),
+/// then dd reads 16 MiB from /dev/zero into a fresh buffer twice. perl execs dd, so the pid
+/// stays the same.
 fn workload(delay_s: u32) -> Child {
     let child = StdCommand::new("setarch")
         .args(["-R", "perl", "-e"])
@@ -21,15 +48,9 @@ fn workload(delay_s: u32) -> Child {
         ))
         .spawn()
         .expect("setarch and perl run");
-    // Attach only once setarch has become perl and perl has started (its start-up
-    // faults are over), so that both recorders see the same part of the run.
-    let comm = format!("/proc/{}/comm", child.id());
-    let t0 = std::time::Instant::now();
-    while std::fs::read_to_string(&comm).map_or(true, |c| c.trim() != "perl") {
-        assert!(t0.elapsed().as_secs() < 10, "perl did not start");
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    // Attach only once setarch has become perl and perl's start-up faults are over, so
+    // that both recorders see the same part of the run.
+    wait_until_idle(child.id(), "perl");
     child
 }
 
@@ -52,7 +73,7 @@ fn live_page_fault_counts_agree_with_perf_record() {
         "this test needs the perf tool (Debian: linux-perf; tests/all.sh installs it)"
     );
     // rocsctl record, following the run to its end.
-    let mut child = workload(1);
+    let mut child = workload(2);
     let out = rocsctl()
         .args([
             "record",
@@ -82,7 +103,7 @@ fn live_page_fault_counts_agree_with_perf_record() {
     // perf record of the same run, every fault sampled, then perf script's addresses.
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("pf.data");
-    let mut child = workload(1);
+    let mut child = workload(2);
     let rec = StdCommand::new("perf")
         .args([
             "record",
@@ -223,6 +244,7 @@ fn record_without_permission_says_what_to_do() {
 #[test]
 fn record_of_an_idle_process_is_an_error_not_an_empty_profile() {
     let mut sleeper = StdCommand::new("sleep").arg("30").spawn().unwrap();
+    wait_until_idle(sleeper.id(), "sleep");
     let out = rocsctl()
         .args([
             "record",
