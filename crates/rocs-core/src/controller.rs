@@ -271,8 +271,6 @@ pub struct Controller {
     /// Pages in the profile at the end of the previous profile window.
     profile_pages_seen: usize,
     build: StackBuild,
-    /// The pages of the current stack.
-    stack_pages: HashSet<VirtPage>,
     /// Results of earlier fruitful searches, newest first: a phase that comes back is
     /// recognised by its stack and tries its old `k` first.
     remembered: VecDeque<PhaseMemory>,
@@ -349,7 +347,6 @@ impl Controller {
             profile_windows: 0,
             profile_pages_seen: 0,
             build: StackBuild::default(),
-            stack_pages: HashSet::new(),
             remembered: VecDeque::new(),
             confined: BTreeSet::new(),
             squatters: BTreeSet::new(),
@@ -737,13 +734,7 @@ impl Controller {
             );
             return;
         }
-        // Region boundaries in stack order: where the miss rate changes.
-        let e = self.build.stack.entries();
-        let boundaries = (1..n)
-            .filter(|&i| e[i].miss_rate != e[i - 1].miss_rate)
-            .collect();
-        self.stack_pages = self.build.stack.top(n).collect();
-        let mut search = Search::new(&self.knobs, n, boundaries);
+        let mut search = Search::new(&self.knobs, n, self.build.stack.boundaries());
         self.group_search = self.scored_by_group;
         self.span.clear();
         if self.group_search {
@@ -891,7 +882,7 @@ impl Controller {
     /// nothing in the pollute buffer, and the phase that confined it finds it there when
     /// it comes back.
     fn seen(&self, page: &VirtPage) -> bool {
-        self.stack_pages.contains(page) || self.profile.get(*page).is_some()
+        self.build.contains(*page) || self.profile.get(*page).is_some()
     }
 
     /// `fruitful`: the search chose to confine something. (Not "pages are confined now":

@@ -91,6 +91,14 @@ pub struct StackBuild {
     pub regions: Vec<Region>,
 }
 
+impl StackBuild {
+    /// Whether `page` is in the stack: the stack is the pages of the regions, every one.
+    pub fn contains(&self, page: VirtPage) -> bool {
+        let i = self.regions.partition_point(|r| r.last < page);
+        self.regions.get(i).is_some_and(|r| r.first <= page)
+    }
+}
+
 /// Build regions from `profile` and expand them into a miss-rate stack.
 ///
 /// Every page with at least one LLC sample is in the stack exactly once, and so is every
@@ -221,6 +229,11 @@ mod tests {
         let order: Vec<u64> = b.stack.top(16).map(|v| v.0).collect();
         assert!(order[..10].iter().all(|p| (100..110).contains(p)));
         assert!(order[10..].iter().all(|p| (120..126).contains(p)));
+        // The stack is exactly the regions' pages.
+        for page in 90..140 {
+            let in_stack = b.stack.top(usize::MAX).any(|v| v.0 == page);
+            assert_eq!(b.contains(VirtPage(page)), in_stack, "page {page}");
+        }
     }
 
     #[test]

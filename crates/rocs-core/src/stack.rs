@@ -64,6 +64,15 @@ impl MissRateStack {
     pub fn top(&self, k: usize) -> impl Iterator<Item = VirtPage> + '_ {
         self.entries.iter().take(k).map(|e| e.page)
     }
+
+    /// Region boundaries in stack order: the positions where the miss rate changes (pages
+    /// of one merged region share theirs).
+    pub fn boundaries(&self) -> Vec<usize> {
+        let e = &self.entries;
+        (1..e.len())
+            .filter(|&i| e[i].miss_rate != e[i - 1].miss_rate)
+            .collect()
+    }
 }
 
 #[cfg(test)]

@@ -244,11 +244,8 @@ pub fn run_rocs(
     let mut samples: Vec<MemSample> = Vec::new();
     let mut on_event = |m: &Machine, c: &Controller, e: &EventKind| match e {
         EventKind::Profiled { .. } => {
-            let stack: Vec<VirtPage> = c.stack().entries().iter().map(|e| e.page).collect();
-            let entries = c.stack().entries();
-            let boundaries = (1..entries.len())
-                .filter(|&i| entries[i].miss_rate != entries[i - 1].miss_rate)
-                .collect();
+            let stack: Vec<VirtPage> = c.stack().top(usize::MAX).collect();
+            let boundaries = c.stack().boundaries();
             profiled.extend(c.profile().iter().map(|(p, _)| (c.pid(), p)));
             points.push(ProfilePoint {
                 pid: c.pid(),
