@@ -10,6 +10,14 @@ fn rocsctl() -> Command {
     Command::cargo_bin("rocsctl").unwrap()
 }
 
+/// `rocsctl record` of `pid`'s page faults for at most `duration` seconds.
+fn record(pid: u32, duration: &str) -> Command {
+    let mut cmd = rocsctl();
+    cmd.args(["record", "--pid", &pid.to_string(), "--duration", duration])
+        .args(["--event", "page-faults"]);
+    cmd
+}
+
 /// Wait until process `pid` runs `comm` and has taken no page fault for 150 ms: its
 /// start-up (exec, the dynamic loader) is over, however loaded the machine is, and a
 /// recorder attached now sees only what the process does next.
@@ -74,19 +82,8 @@ fn live_page_fault_counts_agree_with_perf_record() {
     );
     // rocsctl record, following the run to its end.
     let mut child = workload(2);
-    let out = rocsctl()
-        .args([
-            "record",
-            "--pid",
-            &child.id().to_string(),
-            "--duration",
-            "30",
-            "--event",
-            "page-faults",
-            "--cpu-budget",
-            "1",
-            "--json",
-        ])
+    let out = record(child.id(), "30")
+        .args(["--cpu-budget", "1", "--json"])
         .output()
         .unwrap();
     child.wait().unwrap();
@@ -157,17 +154,8 @@ fn record_text_and_svg_show_the_pictures() {
     let mut child = workload(2);
     let dir = tempfile::tempdir().unwrap();
     let svg = dir.path().join("p.svg");
-    let out = rocsctl()
-        .args([
-            "record",
-            "--pid",
-            &child.id().to_string(),
-            "--duration",
-            "30",
-            "--event",
-            "page-faults",
-            "--svg",
-        ])
+    let out = record(child.id(), "30")
+        .arg("--svg")
         .arg(&svg)
         .output()
         .unwrap();
@@ -188,18 +176,7 @@ fn record_text_and_svg_show_the_pictures() {
 
 #[test]
 fn record_of_a_missing_process_fails_clearly() {
-    let out = rocsctl()
-        .args([
-            "record",
-            "--pid",
-            "999999999",
-            "--duration",
-            "1",
-            "--event",
-            "page-faults",
-        ])
-        .output()
-        .unwrap();
+    let out = record(999999999, "1").output().unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8(out.stderr).unwrap();
     assert!(err.contains("no process with pid 999999999"), "{err}");
@@ -245,19 +222,7 @@ fn record_without_permission_says_what_to_do() {
 fn record_of_an_idle_process_is_an_error_not_an_empty_profile() {
     let mut sleeper = StdCommand::new("sleep").arg("30").spawn().unwrap();
     wait_until_idle(sleeper.id(), "sleep");
-    let out = rocsctl()
-        .args([
-            "record",
-            "--pid",
-            &sleeper.id().to_string(),
-            "--duration",
-            "0.5",
-            "--event",
-            "page-faults",
-            "--json",
-        ])
-        .output()
-        .unwrap();
+    let out = record(sleeper.id(), "0.5").arg("--json").output().unwrap();
     sleeper.kill().ok();
     sleeper.wait().ok();
     assert!(!out.status.success());

@@ -24,6 +24,17 @@ fn toucher(delay_s: u32, mib: u32) -> Child {
         .expect("perl runs")
 }
 
+/// A sampler of every page fault of `pid`, started, within `cpu_budget` of a core.
+fn sample_page_faults(pid: u32, cpu_budget: f64) -> LinuxSampler {
+    let mut sampler = LinuxSampler::new(software_page_fault_plan());
+    let plan = SamplingPlan {
+        period: 1,
+        cpu_budget,
+    };
+    sampler.start(pid, &plan).unwrap();
+    sampler
+}
+
 fn sample_until_exit(sampler: &mut LinuxSampler, pid: u32, table: &mut PageProfile) {
     let deadline = Instant::now() + Duration::from_secs(20);
     while !sampler.target_exited(pid) && Instant::now() < deadline {
@@ -41,16 +52,7 @@ fn sample_until_exit(sampler: &mut LinuxSampler, pid: u32, table: &mut PageProfi
 fn page_fault_plan_sees_every_page_a_process_touches() {
     let mut child = toucher(1, 8);
     let pid = child.id();
-    let mut sampler = LinuxSampler::new(software_page_fault_plan());
-    sampler
-        .start(
-            pid,
-            &SamplingPlan {
-                period: 1,
-                cpu_budget: 1.0,
-            },
-        )
-        .unwrap();
+    let mut sampler = sample_page_faults(pid, 1.0);
     let mut table = PageProfile::new(12);
     sample_until_exit(&mut sampler, pid, &mut table);
     let stats = sampler.stats(pid).unwrap();
@@ -79,16 +81,7 @@ fn page_fault_plan_sees_every_page_a_process_touches() {
 #[test]
 fn threads_created_after_start_are_sampled() {
     let me = std::process::id();
-    let mut sampler = LinuxSampler::new(software_page_fault_plan());
-    sampler
-        .start(
-            me,
-            &SamplingPlan {
-                period: 1,
-                cpu_budget: 1.0,
-            },
-        )
-        .unwrap();
+    let mut sampler = sample_page_faults(me, 1.0);
     let started = std::sync::atomic::AtomicBool::new(true);
     let (tid, lo, hi, _) =
         std::thread::scope(|s| s.spawn(|| touching_thread(&started)).join().unwrap());
@@ -114,17 +107,8 @@ fn cpu_budget_raises_the_period() {
     // The target is this process: a thread maps, touches and unmaps 1 MiB again and
     // again for a second, a steady stream of page faults.
     let me = std::process::id();
-    let mut sampler = LinuxSampler::new(software_page_fault_plan());
     // A budget far below what sampling every one of those faults costs.
-    sampler
-        .start(
-            me,
-            &SamplingPlan {
-                period: 1,
-                cpu_budget: 1e-5,
-            },
-        )
-        .unwrap();
+    let mut sampler = sample_page_faults(me, 1e-5);
     let worker = std::thread::spawn(|| {
         let t0 = Instant::now();
         let started = std::sync::atomic::AtomicBool::new(true);
@@ -267,16 +251,7 @@ fn threads_are_counted_once_even_when_created_while_attaching() {
         })
     };
     std::thread::sleep(Duration::from_millis(50));
-    let mut sampler = LinuxSampler::new(software_page_fault_plan());
-    sampler
-        .start(
-            me,
-            &SamplingPlan {
-                period: 1,
-                cpu_budget: 1.0,
-            },
-        )
-        .unwrap();
+    let mut sampler = sample_page_faults(me, 1.0);
     started.store(true, Ordering::SeqCst);
     let mut samples = Vec::new();
     while !spawner.is_finished() {
