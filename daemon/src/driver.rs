@@ -170,27 +170,15 @@ impl TargetDriver {
         }
     }
 
-    /// Second half of a window: feed the counters (through the LLC group the target shares
-    /// its cache with, if any) and carry out what the controller asks.
-    pub fn observe_window<P>(
-        &mut self,
-        platform: &mut P,
-        delta: CounterDelta,
-        group: Option<&mut LlcGroup>,
-    ) where
+    /// Second half of a window: feed the counters through the LLC group the target shares
+    /// its cache with, and carry out what the controller asks.
+    pub fn observe_window<P>(&mut self, platform: &mut P, delta: CounterDelta, group: &mut LlcGroup)
+    where
         P: Sampler + Counters + Remapper,
     {
-        match group {
-            Some(group) => {
-                let actions = group.feed(&mut self.controller, delta);
-                self.carry_out(platform, actions);
-                group.update(&self.controller);
-            }
-            None => {
-                let actions = self.controller.on(Observation::Window(delta));
-                self.carry_out(platform, actions);
-            }
-        }
+        let actions = group.feed(&mut self.controller, delta);
+        self.carry_out(platform, actions);
+        group.update(&self.controller);
         self.refresh();
     }
 

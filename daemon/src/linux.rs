@@ -465,7 +465,7 @@ async fn run_target(
                     // for at most one window's moves.
                     let mut group = lock_group(&shared);
                     group.note_counters(pid, delta);
-                    driver.observe_window(&mut platform, delta, Some(&mut group));
+                    driver.observe_window(&mut platform, delta, &mut group);
                 }
                 if driver.first_measure() {
                     daemon.note_measured();

@@ -372,7 +372,7 @@ fn window_of_group(
             continue;
         };
         if let Some(d) = drivers.values_mut().find(|d| d.platform_pid == mpid) {
-            d.observe_window(machine, delta, Some(group));
+            d.observe_window(machine, delta, group);
         }
     }
 }
