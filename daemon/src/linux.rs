@@ -1,6 +1,7 @@
-//! The linux platform: processes of this machine found by scanning /proc, one task per
-//! target driving its controller over perf events (rocs-linux's LinuxSampler and
-//! LinuxCounters) and the kernel shim (when it is loaded).
+//! The linux platform: processes of this machine found by scanning /proc, and one task per
+//! LLC domain (a socket, an AMD CCX: the CPUs that share one last-level cache) that runs
+//! its targets' windows on one shared tick, over perf events and the kernel shim (when it
+//! is loaded), through rocs-linux's `LinuxPlatform`.
 //!
 //! What can be done here is decided once at start and said once:
 //! - no shim: observe and profile only (the controller runs dry: it ranks, never moves);
@@ -15,23 +16,21 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use rocs_config::DaemonConfig;
-use rocs_core::{
-    CacheGeometry, Colour, Command, CounterDelta, Counters, Knobs, LlcGroup, MemSample, PageResult,
-    Pid, Placement, Remapper, SampleLoss, Sampler, SamplingPlan, VirtPage,
-};
+use rocs_core::{CacheGeometry, Colour, Command, Knobs, Pid};
 use rocs_linux::counters::CounterEvents;
 use rocs_linux::plan::software_page_fault_plan;
-use rocs_linux::shim::{ShimClient, ShimConfig, ShimError};
+use rocs_linux::shim::{ShimClient, ShimConfig};
 use rocs_linux::{
-    detect_geometry, select_plan, CountersError, CpuInfo, EventChoice, EventPlan, KernelVersion,
-    LinuxCounters, LinuxSampler, PmuInventory, SamplerError,
+    detect_geometry, domain_of, llc_domains, process_cpus, select_plan, CpuInfo, EventChoice,
+    EventPlan, KernelVersion, LinuxPlatform, PmuInventory,
 };
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
-use crate::driver::TargetDriver;
+use crate::domain::Domain;
 use crate::procscan::{process_info, Scanner};
 use crate::state::{Capability, Daemon, HostCommand, LoadedPolicies, TargetEntry};
+use crate::targets::Target;
 
 /// What the machine offers, found at start.
 pub struct LinuxSetup {
@@ -137,65 +136,7 @@ impl LinuxSetup {
     }
 }
 
-/// Why an operation on this machine failed.
-#[derive(Debug, thiserror::Error)]
-pub enum LinuxPlatformError {
-    #[error(transparent)]
-    Sampler(#[from] SamplerError),
-    #[error(transparent)]
-    Counters(#[from] CountersError),
-    #[error(transparent)]
-    Shim(#[from] ShimError),
-    #[error("the rocs_shim kernel module is not available: pages cannot move")]
-    NoShim,
-}
-
-/// One target's view of the machine: its own sampler and counters (their perf events are
-/// closed when this is dropped) and the shared shim.
-pub struct LinuxPlatform {
-    sampler: LinuxSampler,
-    counters: LinuxCounters,
-    shim: Option<Arc<Mutex<ShimClient>>>,
-}
-
-impl Sampler for LinuxPlatform {
-    type Error = LinuxPlatformError;
-    fn start(&mut self, pid: Pid, plan: &SamplingPlan) -> Result<(), Self::Error> {
-        Ok(self.sampler.start(pid, plan)?)
-    }
-    fn stop(&mut self, pid: Pid) -> Result<(), Self::Error> {
-        Ok(self.sampler.stop(pid)?)
-    }
-    fn drain(&mut self, pid: Pid, out: &mut Vec<MemSample>) -> Result<SampleLoss, Self::Error> {
-        Ok(self.sampler.drain(pid, out)?)
-    }
-}
-
-impl Counters for LinuxPlatform {
-    type Error = LinuxPlatformError;
-    fn read(&mut self, pid: Pid) -> Result<CounterDelta, Self::Error> {
-        Ok(self.counters.read(pid)?)
-    }
-}
-
-impl Remapper for LinuxPlatform {
-    type Error = LinuxPlatformError;
-    fn migrate(
-        &mut self,
-        pid: Pid,
-        pages: &[VirtPage],
-        to: Placement,
-    ) -> Result<Vec<PageResult>, Self::Error> {
-        let shim = self.shim.as_ref().ok_or(LinuxPlatformError::NoShim)?;
-        Ok(shim.lock().unwrap().migrate(pid, pages, to)?)
-    }
-    fn query(&mut self, pid: Pid, pages: &[VirtPage]) -> Result<Vec<PageResult>, Self::Error> {
-        let shim = self.shim.as_ref().ok_or(LinuxPlatformError::NoShim)?;
-        Ok(shim.lock().unwrap().query(pid, pages)?)
-    }
-}
-
-/// What every target task needs from the setup.
+/// What every domain's task needs from the setup.
 struct Shared {
     capability: Capability,
     plan: EventPlan,
@@ -205,12 +146,9 @@ struct Shared {
     page_shift: u32,
     colours: u32,
     window: Duration,
-    /// Every target shares the machine's LLC: they take turns to profile and search, and
-    /// the searching one is judged by their combined throughput.
-    group: Mutex<LlcGroup>,
 }
 
-/// Start the scanner; it starts and stops the target tasks.
+/// Start one task per LLC domain, and the scanner that hands them their targets.
 pub fn start(
     daemon: &Arc<Daemon>,
     setup: LinuxSetup,
@@ -225,17 +163,59 @@ pub fn start(
         page_shift: setup.page_shift,
         colours: daemon.colours,
         window: Duration::from_millis(daemon.config.window_ms),
-        group: Mutex::new(LlcGroup::new()),
     });
-    vec![tokio::spawn(scan_loop(daemon.clone(), shared, shutdown))]
+    let cpus = llc_domains(Path::new("/sys"));
+    tracing::info!(
+        "{} LLC domain(s): {}",
+        cpus.len(),
+        cpus.iter()
+            .map(|d| format!("CPUs {d:?}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let mut tasks = Vec::new();
+    let mut hosts = Vec::new();
+    for index in 0..cpus.len() {
+        let (tx, rx) = mpsc::channel(64);
+        let host = DomainHost {
+            daemon: daemon.clone(),
+            shared: shared.clone(),
+            index,
+            tx: tx.clone(),
+            domain: Domain::new(),
+            platform: LinuxPlatform::new(
+                shared.plan.clone(),
+                shared.counter_events,
+                shared.shim.clone(),
+            ),
+        };
+        tasks.push(tokio::spawn(host.run(rx)));
+        hosts.push(tx);
+    }
+    let domains = Domains { cpus, hosts };
+    tasks.push(tokio::spawn(scan_loop(daemon.clone(), domains, shutdown)));
+    tasks
 }
 
-/// A running target task, as the scanner knows it.
+/// The machine's LLC domains and the task that serves each.
+struct Domains {
+    cpus: Vec<Vec<u32>>,
+    hosts: Vec<mpsc::Sender<HostCommand>>,
+}
+
+impl Domains {
+    /// The domain a process runs in now.
+    fn of(&self, pid: Pid) -> usize {
+        let (allowed, last) = process_cpus(Path::new("/proc"), pid);
+        domain_of(&self.cpus, &allowed, last)
+    }
+}
+
+/// A target as the scanner knows it.
 struct Attached {
     policy: String,
     knobs: Knobs,
-    host: mpsc::Sender<HostCommand>,
-    task: JoinHandle<()>,
+    domain: usize,
 }
 
 /// The result of matching one process: its policy name and knobs, if any.
@@ -249,7 +229,7 @@ type ScanRequest = (
     oneshot::Sender<(Vec<Pid>, Vec<(Pid, String, Verdict)>)>,
 );
 
-async fn scan_loop(daemon: Arc<Daemon>, shared: Arc<Shared>, mut shutdown: watch::Receiver<bool>) {
+async fn scan_loop(daemon: Arc<Daemon>, domains: Domains, mut shutdown: watch::Receiver<bool>) {
     let mut policies = daemon.subscribe_policies();
     let mut tick = tokio::time::interval(Duration::from_millis(daemon.config.scan_interval_ms));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -302,7 +282,7 @@ async fn scan_loop(daemon: Arc<Daemon>, shared: Arc<Shared>, mut shutdown: watch
         };
         for pid in gone {
             if let Some(a) = attached.remove(&pid) {
-                let _ = a.host.try_send(HostCommand::Exited { pid });
+                let _ = domains.hosts[a.domain].try_send(HostCommand::Exited { pid });
             }
         }
         for (pid, comm, v) in verdicts {
@@ -316,51 +296,33 @@ async fn scan_loop(daemon: Arc<Daemon>, shared: Arc<Shared>, mut shutdown: watch
             }
             if let Some(a) = attached.remove(&pid) {
                 // Its policy no longer applies (or changed): let it go, pages restored.
-                let _ = a.host.try_send(HostCommand::Stop { restore: true });
+                let release = HostCommand::Release { pid, restore: true };
+                let _ = domains.hosts[a.domain].send(release).await;
             }
             if let Some((policy, knobs)) = v {
-                let (tx, rx) = mpsc::channel(16);
-                let task = tokio::spawn(run_target(
-                    daemon.clone(),
-                    shared.clone(),
+                let domain = domains.of(pid);
+                let attach = HostCommand::Attach {
                     pid,
                     comm,
-                    policy.clone(),
-                    knobs.clone(),
-                    tx.clone(),
-                    rx,
-                ));
-                attached.insert(
-                    pid,
-                    Attached {
+                    policy: policy.clone(),
+                    knobs: knobs.clone(),
+                };
+                if domains.hosts[domain].send(attach).await.is_ok() {
+                    let a = Attached {
                         policy,
                         knobs,
-                        host: tx,
-                        task,
-                    },
-                );
+                        domain,
+                    };
+                    attached.insert(pid, a);
+                }
             }
         }
-        attached.retain(|_, a| !a.task.is_finished());
     }
-    // Stopping: every target releases what it holds (restoring pages when configured).
+    // Stopping: every domain releases what it holds (restoring pages when configured).
     let restore = daemon.config.restore_on_exit;
-    for a in attached.values() {
-        let _ = a.host.try_send(HostCommand::Stop { restore });
+    for host in &domains.hosts {
+        let _ = host.send(HostCommand::Stop { restore }).await;
     }
-    for (_, a) in attached {
-        let _ = a.task.await;
-    }
-}
-
-/// The machine's LLC group. A task that panicked while holding it left it consistent
-/// enough (each call completes its bookkeeping before the next), so a poisoned lock is
-/// taken over rather than spreading the panic to every target.
-fn lock_group(shared: &Shared) -> std::sync::MutexGuard<'_, LlcGroup> {
-    shared
-        .group
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Which policy applies to the process, reading only what the policies look at.
@@ -371,110 +333,149 @@ fn verdict(loaded: &LoadedPolicies, pid: Pid, comm: &str) -> Verdict {
         .map(|(p, k)| (p.name.clone(), k.clone()))
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn run_target(
+/// The task of one LLC domain: its targets' windows end together, on one tick.
+struct DomainHost {
     daemon: Arc<Daemon>,
     shared: Arc<Shared>,
-    pid: Pid,
-    comm: String,
-    policy: String,
-    mut knobs: Knobs,
+    index: usize,
     tx: mpsc::Sender<HostCommand>,
-    mut rx: mpsc::Receiver<HostCommand>,
-) {
-    if shared.capability == Capability::ObserveOnly {
-        // Software stand-ins are not cache events: thresholds on them mean nothing, so
-        // every target goes on to profile its page faults (and nothing is ever moved).
-        knobs.min_llc_miss_rate = 0.0;
-        knobs.min_mpki = 0.0;
-    }
-    let mut driver = match TargetDriver::new(
-        pid,
-        pid,
-        comm.clone(),
-        policy.clone(),
-        knobs,
-        shared.page_shift,
-        shared.colours,
-        shared.capability,
-    ) {
-        Ok(d) => d,
-        Err(e) => {
-            tracing::warn!(pid, comm = %comm, "cannot attach: {e}");
-            return;
-        }
-    };
-    let mut platform = LinuxPlatform {
-        sampler: LinuxSampler::new(shared.plan.clone()),
-        counters: LinuxCounters::new(shared.counter_events),
-        shim: shared.shim.clone(),
-    };
-    tracing::info!(pid, comm = %comm, "attached under policy {policy}");
-    if shared.shim.is_some() && driver.controller().pollute_colours() != shared.shim_pollute {
-        tracing::warn!(
-            pid,
-            comm = %comm,
-            "policy {policy} names pollute colours {:?}, but the shim's buffer is {:?} (from \
-             rocsd.toml's [knobs]): pages go to the shim's",
-            driver.controller().pollute_colours(),
-            shared.shim_pollute
-        );
-    }
-    daemon.register(
-        pid,
-        TargetEntry {
-            summary: driver.summary(),
-            host: tx,
-        },
-    );
-    if daemon.paused() {
-        driver.command(&mut platform, Command::Pause);
-    }
-    lock_group(&shared).join(pid);
-    let proc_dir = format!("/proc/{pid}");
-    let mut tick = tokio::time::interval(shared.window);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            cmd = rx.recv() => match cmd {
-                None => break,
-                Some(HostCommand::Exited { .. }) => {
-                    driver.exited(&mut platform);
-                    break;
-                }
-                Some(HostCommand::Stop { restore }) => {
-                    driver.release(&mut platform, restore);
-                    break;
-                }
-                Some(HostCommand::Query { query, reply, .. }) => {
-                    let _ = reply.send(driver.query(query));
-                }
-                Some(HostCommand::Operator { command, reply, .. }) => {
-                    driver.command(&mut platform, command);
-                    let _ = reply.send(());
-                }
-            },
-            _ = tick.tick() => {
-                // An exit between two scans: wind down now rather than fail a read.
-                if !Path::new(&proc_dir).exists() {
-                    driver.exited(&mut platform);
-                    break;
-                }
-                if let Some(delta) = driver.end_window(&mut platform) {
-                    // No await while the group is held: the other targets' tasks wait
-                    // for at most one window's moves.
-                    let mut group = lock_group(&shared);
-                    group.note_counters(pid, delta);
-                    driver.observe_window(&mut platform, delta, &mut group);
-                }
-                if driver.first_measure() {
-                    daemon.note_measured();
-                }
+    domain: Domain,
+    platform: LinuxPlatform,
+}
+
+impl DomainHost {
+    async fn run(mut self, mut rx: mpsc::Receiver<HostCommand>) {
+        let mut tick = tokio::time::interval(self.shared.window);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                cmd = rx.recv() => match cmd {
+                    None => break,
+                    Some(HostCommand::Stop { restore }) => {
+                        self.release_all(restore);
+                        break;
+                    }
+                    Some(cmd) => self.command(cmd),
+                },
+                _ = tick.tick() => self.end_window(),
             }
         }
+        tracing::debug!(domain = self.index, "LLC domain released");
     }
-    lock_group(&shared).leave(pid);
-    daemon.unregister(pid);
-    drop(platform);
-    tracing::debug!(pid, "released");
+
+    fn command(&mut self, cmd: HostCommand) {
+        match cmd {
+            HostCommand::Attach {
+                pid,
+                comm,
+                policy,
+                knobs,
+            } => self.attach(pid, comm, policy, knobs),
+            HostCommand::Query { pid, query, reply } => {
+                let _ = reply.send(self.domain.query(pid, query));
+            }
+            HostCommand::Operator {
+                pid,
+                command,
+                reply,
+            } => {
+                self.domain.command(&mut self.platform, pid, command);
+                let _ = reply.send(());
+            }
+            HostCommand::Exited { pid } => {
+                if self.domain.exited(&mut self.platform, pid).is_some() {
+                    self.platform.forget(pid);
+                    self.daemon.unregister(pid);
+                }
+            }
+            HostCommand::Release { pid, restore } => {
+                if self
+                    .domain
+                    .release(&mut self.platform, pid, restore)
+                    .is_some()
+                {
+                    self.platform.forget(pid);
+                    self.daemon.unregister(pid);
+                }
+            }
+            HostCommand::Stop { .. } => {}
+        }
+    }
+
+    fn attach(&mut self, pid: Pid, comm: String, policy: String, mut knobs: Knobs) {
+        let shared = &self.shared;
+        if shared.capability == Capability::ObserveOnly {
+            // Software stand-ins are not cache events: thresholds on them mean nothing, so
+            // every target goes on to profile its page faults (and nothing is ever moved).
+            knobs.min_llc_miss_rate = 0.0;
+            knobs.min_mpki = 0.0;
+        }
+        let made = Target::new(
+            pid,
+            pid,
+            comm.clone(),
+            policy.clone(),
+            knobs,
+            shared.page_shift,
+            shared.colours,
+            shared.capability,
+        );
+        let (target, controller) = match made {
+            Ok(made) => made,
+            Err(e) => {
+                tracing::warn!(pid, comm = %comm, "cannot attach: {e}");
+                return;
+            }
+        };
+        tracing::info!(pid, comm = %comm, domain = self.index, "attached under policy {policy}");
+        if shared.shim.is_some() && controller.pollute_colours() != shared.shim_pollute {
+            tracing::warn!(
+                pid,
+                comm = %comm,
+                "policy {policy} names pollute colours {:?}, but the shim's buffer is {:?} (from \
+                 rocsd.toml's [knobs]): pages go to the shim's",
+                controller.pollute_colours(),
+                shared.shim_pollute
+            );
+        }
+        self.daemon.register(
+            pid,
+            TargetEntry {
+                summary: target.summary(),
+                host: self.tx.clone(),
+            },
+        );
+        self.domain.attach(target, controller);
+        if self.daemon.paused() {
+            self.domain.command(&mut self.platform, pid, Command::Pause);
+        }
+    }
+
+    /// End the window of every target of the domain at once.
+    fn end_window(&mut self) {
+        // An exit between two scans: wind down now rather than fail a read.
+        let gone: Vec<Pid> = self
+            .domain
+            .targets()
+            .map(|t| t.pid)
+            .filter(|pid| !Path::new(&format!("/proc/{pid}")).exists())
+            .collect();
+        for pid in gone {
+            self.command(HostCommand::Exited { pid });
+        }
+        if self.domain.is_empty() {
+            return;
+        }
+        let measured = self.domain.end_window(&mut self.platform, &|_, _| false);
+        for _ in 0..measured {
+            self.daemon.note_measured();
+        }
+    }
+
+    fn release_all(&mut self, restore: bool) {
+        let pids: Vec<Pid> = self.domain.targets().map(|t| t.pid).collect();
+        for pid in pids {
+            self.command(HostCommand::Release { pid, restore });
+        }
+    }
 }

@@ -15,14 +15,16 @@ use rocs_config::{DaemonConfig, Platform};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::watch;
 
-mod driver;
+mod domain;
 mod linux;
 mod metrics;
 mod notify;
 mod procscan;
+mod report;
 mod server;
 mod sim;
 mod state;
+mod targets;
 
 use state::{Capability, Daemon, HostCommand, LoadedPolicies};
 

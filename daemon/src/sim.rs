@@ -6,20 +6,19 @@
 //! workload ends, its targets exit and the workload starts again with the next seed, so
 //! targets come and go as real processes do.
 
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use rocs_config::protocol::{ErrorCode, ErrorReply};
 use rocs_config::{parse_proc_cgroup, ConfigError, DaemonConfig, ProcessInfo, SimWorkload};
-use rocs_core::{CacheGeometry, Command, CounterDelta, LlcGroup, Pid};
+use rocs_core::{CacheGeometry, Command, Pid};
 use rocs_sim::{Machine, MachineProfile, Workload};
 use tokio::sync::{mpsc, watch};
 
-use crate::driver::TargetDriver;
+use crate::domain::Domain;
 use crate::state::{Capability, Daemon, HostCommand, LoadedPolicies, TargetEntry};
+use crate::targets::Target;
 
 /// Synthetic pids, unique across the daemon's simulated machines.
 static NEXT_PID: AtomicU32 = AtomicU32::new(1000);
@@ -104,10 +103,9 @@ struct Run {
     machine: Machine,
     /// (shown pid, machine pid, process name) of every process.
     procs: Vec<(Pid, Pid, String)>,
-    drivers: BTreeMap<Pid, TargetDriver>,
-    /// Every process of the machine shares its LLC: the targets take turns to profile and
-    /// search, and the searching one is judged by their combined throughput.
-    group: LlcGroup,
+    /// Every process of the machine shares its LLC: one domain, whose targets take turns
+    /// to profile and search, the searching one judged by their combined throughput.
+    domain: Domain,
 }
 
 impl SimHost {
@@ -133,17 +131,20 @@ impl SimHost {
                     return;
                 }
             };
-            let procs = machine
+            let procs: Vec<(Pid, Pid, String)> = machine
                 .pids()
                 .into_iter()
                 .zip(self.workload.processes.iter().map(|p| p.name.clone()))
                 .map(|(mpid, pname)| (NEXT_PID.fetch_add(1, Ordering::Relaxed), mpid, pname))
                 .collect();
+            let mut domain = Domain::new();
+            // Messages about the machine's other processes (whose search a target waits
+            // for) name them by the pids users see.
+            domain.set_shown_pids(procs.iter().map(|&(shown, mp, _)| (mp, shown)).collect());
             let mut run = Run {
                 machine,
                 procs,
-                drivers: BTreeMap::new(),
-                group: LlcGroup::new(),
+                domain,
             };
             let loaded = self.daemon.policies();
             self.attach(&mut run, &loaded, &tx);
@@ -169,14 +170,13 @@ impl SimHost {
                     _ = tokio::time::sleep_until(next) => {
                         // The simulation is CPU work: run it off the runtime's workers.
                         let began = std::time::Instant::now();
-                        let Run { machine, procs, drivers, group } = run;
-                        let (machine, drivers, group, alive) = match tokio::task::spawn_blocking(move || {
+                        let Run { machine, procs, domain } = run;
+                        let (machine, domain, alive, measured) = match tokio::task::spawn_blocking(move || {
                             let mut machine = machine;
-                            let mut drivers = drivers;
-                            let mut group = group;
+                            let mut domain = domain;
                             let alive = machine.run_for(window);
-                            window_of_group(&mut machine, &mut drivers, &mut group);
-                            (machine, drivers, group, alive)
+                            let measured = domain.end_window(&mut machine, &|_, _| false);
+                            (machine, domain, alive, measured)
                         }).await {
                             Ok(r) => r,
                             Err(e) => {
@@ -184,17 +184,15 @@ impl SimHost {
                                 return;
                             }
                         };
-                        run = Run { machine, procs, drivers, group };
-                        for d in run.drivers.values_mut() {
-                            if d.first_measure() {
-                                self.daemon.note_measured();
-                            }
+                        run = Run { machine, procs, domain };
+                        for _ in 0..measured {
+                            self.daemon.note_measured();
                         }
                         if !alive {
                             tracing::info!("simulated workload {name} finished; starting it again");
-                            for (pid, mut d) in std::mem::take(&mut run.drivers) {
-                                d.exited(&mut run.machine);
-                                run.group.leave(d.platform_pid);
+                            let pids: Vec<Pid> = run.domain.targets().map(|t| t.pid).collect();
+                            for pid in pids {
+                                run.domain.exited(&mut run.machine, pid);
                                 self.daemon.unregister(pid);
                             }
                             generation += 1;
@@ -223,14 +221,14 @@ impl SimHost {
     fn attach(&self, run: &mut Run, loaded: &LoadedPolicies, tx: &mpsc::Sender<HostCommand>) {
         let geometry = run.machine.llc_geometry();
         for (pid, mpid, pname) in run.procs.clone() {
-            if run.drivers.contains_key(&pid) {
+            if run.domain.contains(pid) {
                 continue;
             }
             let info = self.info(pid, &pname);
             let Some((policy, knobs)) = loaded.matching(&info) else {
                 continue;
             };
-            let d = TargetDriver::new(
+            let made = Target::new(
                 pid,
                 mpid,
                 info.comm.clone(),
@@ -240,8 +238,8 @@ impl SimHost {
                 geometry.colours(),
                 Capability::Full,
             );
-            let mut d = match d {
-                Ok(d) => d,
+            let (target, controller) = match made {
+                Ok(made) => made,
                 Err(e) => {
                     tracing::warn!(pid, comm = %info.comm, "cannot attach: {e}");
                     continue;
@@ -250,7 +248,7 @@ impl SimHost {
             // The machine's pollute buffer follows the policy of its targets.
             if let Err(e) = run
                 .machine
-                .set_pollute_colours(d.controller().pollute_colours())
+                .set_pollute_colours(controller.pollute_colours())
             {
                 tracing::warn!(pid, "pollute colours: {e}");
             }
@@ -264,23 +262,14 @@ impl SimHost {
             self.daemon.register(
                 pid,
                 TargetEntry {
-                    summary: d.summary(),
+                    summary: target.summary(),
                     host: tx.clone(),
                 },
             );
+            run.domain.attach(target, controller);
             if self.daemon.paused() {
-                d.command(&mut run.machine, Command::Pause);
+                run.domain.command(&mut run.machine, pid, Command::Pause);
             }
-            // Messages about the machine's other processes (whose search it waits for)
-            // name them by the pids users see.
-            d.set_shown_pids(
-                run.procs
-                    .iter()
-                    .map(|&(shown, mp, _)| (mp, shown))
-                    .collect(),
-            );
-            run.group.join(mpid);
-            run.drivers.insert(pid, d);
         }
     }
 
@@ -288,27 +277,24 @@ impl SimHost {
     /// restored) and attached again; processes that no longer match are let go.
     fn reattach(&self, run: &mut Run, loaded: &LoadedPolicies, tx: &mpsc::Sender<HostCommand>) {
         let mut dropped = Vec::new();
-        for (pid, d) in &run.drivers {
+        for t in run.domain.targets() {
             let pname = run
                 .procs
                 .iter()
-                .find(|(p, _, _)| p == pid)
+                .find(|(p, _, _)| *p == t.pid)
                 .map(|(_, _, n)| n.clone())
                 .unwrap_or_default();
             let same = loaded
-                .matching(&self.info(*pid, &pname))
-                .is_some_and(|(p, k)| p.name == d.policy && k == d.given_knobs());
+                .matching(&self.info(t.pid, &pname))
+                .is_some_and(|(p, k)| p.name == t.policy && k == t.given_knobs());
             if !same {
-                dropped.push(*pid);
+                dropped.push(t.pid);
             }
         }
         for pid in dropped {
-            if let Some(mut d) = run.drivers.remove(&pid) {
-                tracing::info!(pid, "policy changed: releasing the target");
-                d.release(&mut run.machine, true);
-                run.group.leave(d.platform_pid);
-                self.daemon.unregister(pid);
-            }
+            tracing::info!(pid, "policy changed: releasing the target");
+            run.domain.release(&mut run.machine, pid, true);
+            self.daemon.unregister(pid);
         }
         self.attach(run, loaded, tx);
     }
@@ -316,63 +302,38 @@ impl SimHost {
     fn command(&self, run: &mut Run, cmd: HostCommand) {
         match cmd {
             HostCommand::Query { pid, query, reply } => {
-                let r = match run.drivers.get(&pid) {
-                    Some(d) => d.query(query),
-                    None => Err(ErrorReply::new(
-                        ErrorCode::NoSuchTarget,
-                        format!("target {pid} has just exited"),
-                    )),
-                };
-                let _ = reply.send(r);
+                let _ = reply.send(run.domain.query(pid, query));
             }
             HostCommand::Operator {
                 pid,
                 command,
                 reply,
             } => {
-                if let Some(d) = run.drivers.get_mut(&pid) {
-                    d.command(&mut run.machine, command);
-                }
+                run.domain.command(&mut run.machine, pid, command);
                 let _ = reply.send(());
             }
             HostCommand::Exited { pid } => {
-                if let Some(mut d) = run.drivers.remove(&pid) {
-                    d.exited(&mut run.machine);
-                    run.group.leave(d.platform_pid);
+                if run.domain.exited(&mut run.machine, pid).is_some() {
                     self.daemon.unregister(pid);
                 }
             }
+            HostCommand::Release { pid, restore } => {
+                if run.domain.release(&mut run.machine, pid, restore).is_some() {
+                    self.daemon.unregister(pid);
+                }
+            }
+            // A simulated machine attaches its own processes.
+            HostCommand::Attach { .. } => {}
             // Stop ends the loop before it gets here.
             HostCommand::Stop { .. } => {}
         }
     }
 
     fn release_all(&self, run: &mut Run, restore: bool) {
-        for (pid, mut d) in std::mem::take(&mut run.drivers) {
-            d.release(&mut run.machine, restore);
-            run.group.leave(d.platform_pid);
+        let pids: Vec<Pid> = run.domain.targets().map(|t| t.pid).collect();
+        for pid in pids {
+            run.domain.release(&mut run.machine, pid, restore);
             self.daemon.unregister(pid);
-        }
-    }
-}
-
-/// One window of every target of a machine: all their counters first (the same stretch of
-/// simulated time), then each controller through the group, in the order it asks.
-fn window_of_group(
-    machine: &mut Machine,
-    drivers: &mut BTreeMap<Pid, TargetDriver>,
-    group: &mut LlcGroup,
-) {
-    let counters: Vec<(Pid, CounterDelta)> = drivers
-        .values_mut()
-        .filter_map(|d| d.end_window(machine).map(|delta| (d.platform_pid, delta)))
-        .collect();
-    for mpid in group.begin_window(&counters) {
-        let Some(&(_, delta)) = counters.iter().find(|(p, _)| *p == mpid) else {
-            continue;
-        };
-        if let Some(d) = drivers.values_mut().find(|d| d.platform_pid == mpid) {
-            d.observe_window(machine, delta, group);
         }
     }
 }

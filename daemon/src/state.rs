@@ -95,8 +95,19 @@ pub enum HostCommand {
         command: rocs_core::controller::Command,
         reply: oneshot::Sender<()>,
     },
+    /// A process to attach under a policy (Linux: the scanner hands it to the host of the
+    /// LLC domain it runs in).
+    Attach {
+        pid: Pid,
+        comm: String,
+        policy: String,
+        knobs: rocs_core::Knobs,
+    },
     /// The process is gone (the scanner saw it exit).
     Exited { pid: Pid },
+    /// Let one target go (its policy changed or no longer applies), restoring its pages
+    /// first when `restore`.
+    Release { pid: Pid, restore: bool },
     /// Stop serving: release every target, restoring pages first when `restore`.
     Stop { restore: bool },
 }

@@ -5,24 +5,27 @@
 //! same controller, feeding observations in and carrying actions out.
 
 pub mod controller;
+pub mod driver;
+pub mod engine;
 pub mod geometry;
 pub mod knobs;
-pub mod llc_group;
 pub mod phase;
 pub mod platform;
 pub mod profile;
 pub mod regions;
 pub mod sample;
+pub mod sampling;
 pub mod search;
 pub mod stack;
 
 pub use controller::{
     Action, ColourReport, Command, Controller, Event, EventKind, MigrationReport, Observation,
-    State, Stats, Turn,
+    State, Stats, Turn, WindowContext,
 };
+pub use driver::{Driver, DriverError, Outcome};
+pub use engine::Engine;
 pub use geometry::{CacheGeometry, GeometryError};
 pub use knobs::{KnobError, Knobs, PolluteColours, SearchMode};
-pub use llc_group::LlcGroup;
 pub use phase::{PhaseDetector, PhaseVerdict};
 pub use platform::{
     CounterDelta, Counters, PageResult, Remapper, SampleLoss, Sampler, SamplingPlan,
@@ -30,5 +33,6 @@ pub use platform::{
 pub use profile::{PageCounts, PageProfile};
 pub use regions::{build_stack, Region, RegionParams, StackBuild};
 pub use sample::{Colour, DataSource, Errno, MemSample, Pid, Placement, VirtPage};
+pub use sampling::next_period;
 pub use search::{Measurements, Next, Search};
 pub use stack::{MissRateStack, StackEntry};

@@ -13,6 +13,7 @@ pub mod events;
 pub mod geometry;
 pub mod perfdata;
 pub mod plan;
+pub mod platform;
 pub mod pmu;
 pub mod record;
 pub mod ring;
@@ -27,5 +28,6 @@ pub use perfdata::{parse_perf_data, read_perf_data, ImportSummary, PerfDataError
 pub use plan::{
     machine_plan, select_plan, EventChoice, EventPlan, EventSpec, NoPlan, PlanKind, SourceRule,
 };
+pub use platform::{domain_of, llc_domains, process_cpus, LinuxPlatform, LinuxPlatformError};
 pub use pmu::{PmuDevice, PmuInventory};
 pub use sampler::{LinuxSampler, SamplerError, SamplingStats};

@@ -17,9 +17,8 @@ use std::collections::BTreeSet;
 use std::time::Instant;
 
 use rocs_core::{
-    Action, ColourReport, Controller, CounterDelta, Counters, EventKind, KnobError, Knobs,
-    LlcGroup, MemSample, MigrationReport, Observation, Pid, Placement, Remapper, Sampler, State,
-    VirtPage,
+    Controller, CounterDelta, Driver, DriverError, Engine, EventKind, KnobError, Knobs, Outcome,
+    Pid, Placement, Remapper, State, VirtPage,
 };
 use serde::Serialize;
 use thiserror::Error;
@@ -33,6 +32,8 @@ pub enum LoopError {
     Sim(#[from] SimError),
     #[error("controller knobs: {0}")]
     Knobs(#[from] KnobError),
+    #[error("the simulated machine: {0}")]
+    Platform(DriverError),
     #[error("the workload ran no instructions: nothing to compare")]
     Empty,
 }
@@ -180,40 +181,6 @@ pub fn run_baseline(make: &MachineFactory<'_>) -> Result<BaselineRun, LoopError>
     })
 }
 
-/// Carry one batch of controller actions to the machine, feeding migration results back
-/// (which may produce more actions).
-fn apply(
-    m: &mut Machine,
-    ctrl: &mut Controller,
-    actions: Vec<Action>,
-    on_event: &mut dyn FnMut(&Machine, &Controller, &EventKind),
-) -> Result<(), LoopError> {
-    let pid = ctrl.pid();
-    let mut queue = std::collections::VecDeque::from(actions);
-    while let Some(a) = queue.pop_front() {
-        match a {
-            Action::StartSampling(plan) => m.start(pid, &plan)?,
-            Action::StopSampling => m.stop(pid)?,
-            Action::Migrate { pages, to } => {
-                let results = m.migrate(pid, &pages, to)?;
-                let more = ctrl.on(Observation::Migrated(MigrationReport {
-                    to,
-                    pages,
-                    results,
-                }));
-                queue.extend(more);
-            }
-            Action::Query { pages } => {
-                let results = m.query(pid, &pages)?;
-                let more = ctrl.on(Observation::Colours(ColourReport { pages, results }));
-                queue.extend(more);
-            }
-            Action::Report(e) => on_event(m, ctrl, &e.kind),
-        }
-    }
-    Ok(())
-}
-
 fn instructions_of(m: &Machine, pid: Pid) -> u64 {
     m.totals()
         .processes
@@ -222,7 +189,9 @@ fn instructions_of(m: &Machine, pid: Pid) -> u64 {
         .map_or(0, |p| p.instructions)
 }
 
-/// Run the workload with a controller per process, windows of `window_cycles`.
+/// Run the workload with a controller per process, windows of `window_cycles`. Every
+/// process of the machine shares its LLC: one engine owns their controllers, and the
+/// driver runs its windows on the machine, as rocsd does.
 pub fn run_rocs(
     make: &MachineFactory<'_>,
     knobs: &Knobs,
@@ -231,18 +200,74 @@ pub fn run_rocs(
     let start = Instant::now();
     let mut m = make()?;
     let colours = m.llc_geometry().colours();
-    let mut ctrls = m
-        .pids()
-        .into_iter()
-        .map(|pid| Controller::new(pid, knobs.clone(), m.page_shift(), colours))
-        .collect::<Result<Vec<_>, _>>()?;
-    if let Some(c) = ctrls.first() {
-        m.set_pollute_colours(c.pollute_colours())?;
+    let mut engine = Engine::new();
+    for pid in m.pids() {
+        let ctrl = Controller::new(pid, knobs.clone(), m.page_shift(), colours)?;
+        if engine.is_empty() {
+            m.set_pollute_colours(ctrl.pollute_colours())?;
+        }
+        engine.attach(ctrl);
     }
+    let mut driver = Driver::new();
     let mut points: Vec<ProfilePoint> = Vec::new();
     let mut profiled: BTreeSet<(Pid, VirtPage)> = BTreeSet::new();
-    let mut samples: Vec<MemSample> = Vec::new();
-    let mut on_event = |m: &Machine, c: &Controller, e: &EventKind| match e {
+    let mut outcomes = Vec::new();
+    loop {
+        let more = m.run_for_checked(window_cycles)?;
+        // A process that ran nothing once the machine has finished is gone.
+        let exited = |_: Pid, d: &CounterDelta| !more && d.instructions == 0;
+        driver.end_window(&mut engine, &mut m, &exited, &mut outcomes);
+        for outcome in outcomes.drain(..) {
+            let (pid, event) = match outcome {
+                Outcome::Event { pid, event } => (pid, event),
+                Outcome::Failed { error, .. } => return Err(LoopError::Platform(error)),
+            };
+            let c = engine
+                .controller(pid)
+                .expect("the engine keeps exited controllers");
+            note_event(&mut points, &mut profiled, &m, c, &event.kind);
+        }
+        if !more {
+            break;
+        }
+    }
+    let t = m.totals();
+    let mut run = RocsRun {
+        search: knobs.search.to_string(),
+        window_cycles,
+        overhead_cycles: t.sampling_overhead_cycles + t.migration_overhead_cycles,
+        stats: t,
+        wall_seconds: start.elapsed().as_secs_f64(),
+        pages_profiled: profiled.len(),
+        profile_points: points,
+        ..RocsRun::default()
+    };
+    for c in engine.controllers() {
+        let s = c.stats();
+        run.pages_confined += c.confined().len();
+        run.search_windows += s.search_windows;
+        run.migrations += s.pages_migrated;
+        run.migrations_failed += s.migrations_failed;
+        run.profiles += s.profiles;
+        run.phase_changes += s.phase_changes;
+        run.phase_changes_profiled += s.phase_changes_profiled;
+        run.samples += s.samples;
+        run.samples_lost += s.samples_lost;
+        run.final_states.push((c.pid(), c.state()));
+    }
+    Ok(run)
+}
+
+/// What the oracle needs of the rocs run's events: each profile's stack, where in the
+/// program it was taken, and what its search measured and chose.
+fn note_event(
+    points: &mut Vec<ProfilePoint>,
+    profiled: &mut BTreeSet<(Pid, VirtPage)>,
+    m: &Machine,
+    c: &Controller,
+    e: &EventKind,
+) {
+    match e {
         EventKind::Profiled { .. } => {
             let stack: Vec<VirtPage> = c.stack().top(usize::MAX).collect();
             let boundaries = c.stack().boundaries();
@@ -276,73 +301,7 @@ pub fn run_rocs(
             }
         }
         _ => {}
-    };
-    // Every process of the machine shares its LLC: their controllers take turns to profile
-    // and search, and the searching one is judged by the group's throughput.
-    let mut group = LlcGroup::new();
-    for c in &ctrls {
-        group.join(c.pid());
     }
-    let mut counters: Vec<(Pid, CounterDelta)> = Vec::with_capacity(ctrls.len());
-    loop {
-        let more = m.run_for_checked(window_cycles)?;
-        counters.clear();
-        for ctrl in &mut ctrls {
-            let pid = ctrl.pid();
-            samples.clear();
-            let loss = m.drain(pid, &mut samples)?;
-            let a = ctrl.on(Observation::Samples(&samples));
-            apply(&mut m, ctrl, a, &mut on_event)?;
-            let a = ctrl.on(Observation::SampleLoss(loss));
-            apply(&mut m, ctrl, a, &mut on_event)?;
-            counters.push((pid, m.read(pid)?));
-        }
-        for pid in group.begin_window(&counters) {
-            let (Some(ctrl), Some(&(_, delta))) = (
-                ctrls.iter_mut().find(|c| c.pid() == pid),
-                counters.iter().find(|(p, _)| *p == pid),
-            ) else {
-                continue;
-            };
-            if more || delta.instructions > 0 {
-                let a = group.feed(ctrl, delta);
-                apply(&mut m, ctrl, a, &mut on_event)?;
-                group.update(ctrl);
-            } else {
-                let a = ctrl.on(Observation::TargetExited);
-                apply(&mut m, ctrl, a, &mut on_event)?;
-                group.leave(pid);
-            }
-        }
-        if !more {
-            break;
-        }
-    }
-    let t = m.totals();
-    let mut run = RocsRun {
-        search: knobs.search.to_string(),
-        window_cycles,
-        overhead_cycles: t.sampling_overhead_cycles + t.migration_overhead_cycles,
-        stats: t,
-        wall_seconds: start.elapsed().as_secs_f64(),
-        pages_profiled: profiled.len(),
-        profile_points: points,
-        ..RocsRun::default()
-    };
-    for c in &ctrls {
-        let s = c.stats();
-        run.pages_confined += c.confined().len();
-        run.search_windows += s.search_windows;
-        run.migrations += s.pages_migrated;
-        run.migrations_failed += s.migrations_failed;
-        run.profiles += s.profiles;
-        run.phase_changes += s.phase_changes;
-        run.phase_changes_profiled += s.phase_changes_profiled;
-        run.samples += s.samples;
-        run.samples_lost += s.samples_lost;
-        run.final_states.push((c.pid(), c.state()));
-    }
-    Ok(run)
 }
 
 /// Run the workload with, for each profile point, the top `ks[i]` pages of its stack

@@ -1,0 +1,261 @@
+//! The page ledger: which of a target's pages are where, which are on their way, which could
+//! not move, and how many more may move in this window.
+//!
+//! It knows pages only through migration and colour reports (what the platform confirmed),
+//! never through what was asked: a page is confined once its move was reported done.
+
+use std::collections::{BTreeSet, HashSet};
+
+use super::messages::{Action, ColourReport, MigrationReport};
+use crate::{Colour, Errno, MissRateStack, Placement, VirtPage};
+
+/// Pages that failed in one migration report.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Failures {
+    pub count: usize,
+    /// The errno of the first page that failed.
+    pub errno: Errno,
+}
+
+/// The moves that make up one placement, as far as the window's budget allows.
+pub(crate) struct Moves {
+    /// Migrations to carry out (restores first).
+    pub actions: Vec<Action>,
+    /// Pages moved by `actions`.
+    pub issued: usize,
+    /// Once `actions` are done, the placement is complete.
+    pub complete: bool,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct PageLedger {
+    /// Pages in the pollute buffer (confirmed by migration reports).
+    confined: BTreeSet<VirtPage>,
+    /// Ordinary pages found in the pollute colours (the allocator put them there); moved
+    /// out when a search confines anything.
+    squatters: BTreeSet<VirtPage>,
+    /// Squatters we moved out; they go back when the search settles on k = 0.
+    evicted: BTreeSet<VirtPage>,
+    /// Evicted squatters being moved back by the migration in flight.
+    rehoming: HashSet<VirtPage>,
+    /// Pages that failed to move since the last profile; not tried again until then.
+    failed: HashSet<VirtPage>,
+    /// Migrations and queries asked for and not yet reported.
+    in_flight: u32,
+    /// A colour query is out.
+    awaiting_colours: bool,
+    /// Pages that may still move in this window.
+    budget_left: u32,
+}
+
+impl PageLedger {
+    pub fn new(page_budget: u32) -> Self {
+        PageLedger {
+            confined: BTreeSet::new(),
+            squatters: BTreeSet::new(),
+            evicted: BTreeSet::new(),
+            rehoming: HashSet::new(),
+            failed: HashSet::new(),
+            in_flight: 0,
+            awaiting_colours: false,
+            budget_left: page_budget,
+        }
+    }
+
+    pub fn confined(&self) -> &BTreeSet<VirtPage> {
+        &self.confined
+    }
+
+    pub fn squatters(&self) -> &BTreeSet<VirtPage> {
+        &self.squatters
+    }
+
+    /// Reports still to come (a window that ends with one outstanding has an unknown
+    /// placement).
+    pub fn in_flight(&self) -> u32 {
+        self.in_flight
+    }
+
+    /// A new window: its page budget.
+    pub fn new_window(&mut self, page_budget: u32) {
+        self.budget_left = page_budget;
+    }
+
+    /// Pages that failed may be tried again (a new profile, or the operator wants every
+    /// page back).
+    pub fn forget_failures(&mut self) {
+        self.failed.clear();
+    }
+
+    /// Ask the colour of `pages`' frames; the answer comes through [`PageLedger::on_colours`].
+    pub fn ask_colours(&mut self, pages: Vec<VirtPage>) -> Action {
+        self.in_flight += 1;
+        self.awaiting_colours = true;
+        Action::Query { pages }
+    }
+
+    /// A colour report: a page in the buffer that we did not put there is a squatter; a page
+    /// outside the buffer is not confined, whatever we believed. Returns false for a report
+    /// nobody waited for (it is ignored).
+    pub fn on_colours(&mut self, report: &ColourReport, pollute: &[Colour]) -> bool {
+        if !std::mem::take(&mut self.awaiting_colours) {
+            return false;
+        }
+        self.in_flight = self.in_flight.saturating_sub(1);
+        for (page, result) in report.pages.iter().zip(&report.results) {
+            if let Ok(colour) = result {
+                if !pollute.contains(colour) {
+                    self.confined.remove(page);
+                    self.squatters.remove(page);
+                } else if !self.confined.contains(page) {
+                    self.squatters.insert(*page);
+                }
+            }
+        }
+        true
+    }
+
+    /// The next batch (within the window's page budget) of the moves that make the
+    /// confined set the top `k` of `stack`. Confined pages that `seen` says the current
+    /// profile did not see stay where they are.
+    pub fn moves_towards(
+        &mut self,
+        stack: &MissRateStack,
+        k: usize,
+        seen: &dyn Fn(&VirtPage) -> bool,
+    ) -> Moves {
+        let target: HashSet<VirtPage> = stack.top(k).filter(|p| !self.failed.contains(p)).collect();
+        if k > 0 {
+            // Pages that were in the buffer before us and belong there now are adopted
+            // where they are.
+            let adopt: Vec<VirtPage> = self
+                .squatters
+                .iter()
+                .filter(|p| target.contains(p))
+                .copied()
+                .collect();
+            for p in adopt {
+                self.squatters.remove(&p);
+                self.confined.insert(p);
+            }
+        }
+        // With k > 0 the buffer is reserved: ordinary pages found in it move out. With
+        // k = 0 nothing of ours is confined and the squatters we moved out go back, so that
+        // k = 0 is "rocs not running" (the LLC keeps all of its colours for the program).
+        let restore: Vec<VirtPage> = self
+            .confined
+            .iter()
+            .filter(|p| seen(p))
+            .chain(self.squatters.iter().filter(|_| k > 0))
+            .filter(|p| !target.contains(p) && !self.failed.contains(p))
+            .copied()
+            .collect();
+        let rehome: Vec<VirtPage> = if k == 0 {
+            self.evicted
+                .iter()
+                .filter(|p| !self.failed.contains(p))
+                .copied()
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let pollute: Vec<VirtPage> = stack
+            .top(k)
+            .filter(|p| !self.confined.contains(p) && !self.failed.contains(p))
+            .chain(rehome.iter().copied())
+            .collect();
+        self.rehoming = rehome.into_iter().collect();
+        let needed = restore.len() + pollute.len();
+        let budget = self.budget_left as usize;
+        // Restores first: they make room in the pollute buffer and undo the last guess.
+        let restore_now: Vec<VirtPage> = restore.into_iter().take(budget).collect();
+        let pollute_now: Vec<VirtPage> = pollute
+            .into_iter()
+            .take(budget - restore_now.len())
+            .collect();
+        let issued = restore_now.len() + pollute_now.len();
+        self.budget_left -= issued as u32;
+        let mut actions = Vec::new();
+        for (pages, to) in [
+            (restore_now, Placement::Restore),
+            (pollute_now, Placement::Pollute),
+        ] {
+            if !pages.is_empty() {
+                self.in_flight += 1;
+                actions.push(Action::Migrate { pages, to });
+            }
+        }
+        Moves {
+            actions,
+            issued,
+            complete: issued == needed,
+        }
+    }
+
+    /// A migration report: pages moved, and those that could not (not tried again until
+    /// [`PageLedger::forget_failures`]). Returns the pages moved and the failures.
+    pub fn on_migrated(&mut self, report: &MigrationReport) -> (u64, Option<Failures>) {
+        self.in_flight = self.in_flight.saturating_sub(1);
+        let mut moved = 0;
+        let mut failures: Option<Failures> = None;
+        for (i, &page) in report.pages.iter().enumerate() {
+            // A missing result means the page was not moved.
+            let result = report.results.get(i).copied().unwrap_or(Err(Errno::EINVAL));
+            match (report.to, result) {
+                (Placement::Pollute, Ok(_)) => {
+                    if self.rehoming.remove(&page) {
+                        self.evicted.remove(&page);
+                        self.squatters.insert(page);
+                    } else {
+                        self.confined.insert(page);
+                    }
+                    moved += 1;
+                }
+                (Placement::Restore, Ok(_)) => {
+                    self.confined.remove(&page);
+                    if self.squatters.remove(&page) {
+                        self.evicted.insert(page);
+                    }
+                    moved += 1;
+                }
+                (to, Err(errno)) => {
+                    let f = failures.get_or_insert(Failures { count: 0, errno });
+                    f.count += 1;
+                    self.failed.insert(page);
+                    // A page that no longer exists is in no buffer.
+                    if to == Placement::Restore && matches!(errno, Errno::ENOENT | Errno::EFAULT) {
+                        self.confined.remove(&page);
+                        self.squatters.remove(&page);
+                    }
+                }
+            }
+        }
+        (moved, failures)
+    }
+
+    /// Confined pages that may still be moved back.
+    pub fn restorable(&self) -> impl Iterator<Item = VirtPage> + '_ {
+        self.confined
+            .iter()
+            .copied()
+            .filter(|p| !self.failed.contains(p))
+    }
+
+    /// The next batch of restores within the window's budget: `None` while a report is
+    /// out, `Some(None)` when nothing is left to restore.
+    pub fn restore_batch(&mut self) -> Option<Option<Action>> {
+        if self.in_flight > 0 {
+            return None;
+        }
+        let pages: Vec<VirtPage> = self.restorable().take(self.budget_left as usize).collect();
+        if pages.is_empty() {
+            return Some(None);
+        }
+        self.budget_left -= pages.len() as u32;
+        self.in_flight += 1;
+        Some(Some(Action::Migrate {
+            pages,
+            to: Placement::Restore,
+        }))
+    }
+}

@@ -1,0 +1,531 @@
+//! The controller of one target: a sans-IO state machine.
+//!
+//! Observations go in ([`Controller::on`]), actions come out; the controller never reads a
+//! clock, a counter or a file. The driver ([`crate::Driver`]) carries the actions to the
+//! platform traits and brings the results back:
+//!
+//! - at the end of every window: first the window's samples ([`Observation::Samples`]) and
+//!   sample loss, then its counters ([`Observation::Window`], or through the
+//!   [`crate::Engine`] that owns the controller);
+//! - every [`Action::Migrate`] gets its [`Observation::Migrated`] report before the next
+//!   window ends (a window that ends with a report outstanding is not used as a
+//!   measurement);
+//! - every [`Action::Query`] gets its [`Observation::Colours`] report (the search waits for
+//!   it);
+//! - [`Action::StartSampling`] and [`Action::StopSampling`] take effect for the next window.
+//!
+//! States (DESIGN.md 4): Observe → Profile → Search → Steady, and Steady → Profile on a
+//! phase change; Paused on the operator's command; Exited when the target is gone. Each
+//! state carries its own data ([`Stage`]); the pages' whereabouts are the [`ledger`]'s, the
+//! search's steps are in [`searching`].
+
+mod ledger;
+mod messages;
+mod searching;
+
+use std::collections::{BTreeSet, VecDeque};
+
+pub use messages::{
+    Action, ColourReport, Command, Event, EventKind, MigrationReport, Observation, State, Stats,
+    Turn, WindowContext,
+};
+
+use crate::knobs::{KnobError, Knobs};
+use crate::phase::{PhaseDetector, PhaseVerdict};
+use crate::regions::{Region, StackBuild};
+use crate::search::Search;
+use crate::{
+    Colour, CounterDelta, MemSample, MissRateStack, PageProfile, Pid, SamplingPlan, VirtPage,
+};
+use ledger::PageLedger;
+use searching::{PhaseMemory, SearchRun};
+
+/// Steady windows without phase watch after a search that confined nothing (doubling for
+/// each such search in a row, up to the maximum).
+const FRUITLESS_COOLDOWN: u32 = 8;
+const FRUITLESS_COOLDOWN_MAX: u32 = 512;
+
+/// Most events kept in the history (the oldest go first).
+const HISTORY_CAP: usize = 4096;
+
+/// Where the controller is, with what only that state needs.
+#[derive(Clone, Debug)]
+enum Stage {
+    Observe {
+        /// Windows in a row that missed enough to be worth profiling.
+        streak: u32,
+        /// Wanted to profile while the turn was withheld (and said so once).
+        waiting: bool,
+    },
+    Profile {
+        /// Windows profiled so far.
+        windows: u32,
+        /// Pages in the profile at the end of the previous profile window.
+        pages_seen: usize,
+    },
+    Search(SearchRun),
+    Steady {
+        /// Windows observed in this Steady stretch.
+        windows: u32,
+        /// Steady windows to wait before watching for phase changes.
+        cooldown: u32,
+        phase: PhaseDetector,
+    },
+    Paused {
+        /// Confined pages are being moved back, a budget's worth per window.
+        restoring: bool,
+    },
+    Exited,
+}
+
+impl Stage {
+    fn state(&self) -> State {
+        match self {
+            Stage::Observe { .. } => State::Observe,
+            Stage::Profile { .. } => State::Profile,
+            Stage::Search(_) => State::Search,
+            Stage::Steady { .. } => State::Steady,
+            Stage::Paused { .. } => State::Paused,
+            Stage::Exited => State::Exited,
+        }
+    }
+
+    fn observe() -> Stage {
+        Stage::Observe {
+            streak: 0,
+            waiting: false,
+        }
+    }
+}
+
+/// The controller of one target.
+#[derive(Clone, Debug)]
+pub struct Controller {
+    pid: Pid,
+    knobs: Knobs,
+    pollute: Vec<Colour>,
+    stage: Stage,
+    sampling: bool,
+    profile: PageProfile,
+    build: StackBuild,
+    /// The search in progress or the last one, with its measurements.
+    search: Option<Search>,
+    /// Results of earlier fruitful searches, newest first: a phase that comes back is
+    /// recognised by its stack and tries its old `k` first.
+    remembered: VecDeque<PhaseMemory>,
+    pages: PageLedger,
+    /// Searches in a row that confined nothing.
+    fruitless: u32,
+    /// A move was made just before this window: not a clean phase reference.
+    skip_window: bool,
+    history: VecDeque<Event>,
+    stats: Stats,
+}
+
+impl Controller {
+    /// A controller for `pid` on a machine with pages of `1 << page_shift` bytes and an LLC
+    /// of `colours` colours. Refuses contradictory knobs.
+    pub fn new(pid: Pid, knobs: Knobs, page_shift: u32, colours: u32) -> Result<Self, KnobError> {
+        knobs.validate(colours)?;
+        if !(12..=30).contains(&page_shift) {
+            return Err(KnobError::PageShift(page_shift));
+        }
+        let pollute = knobs.pollute_colours.resolve(colours)?;
+        Ok(Controller {
+            pid,
+            pollute,
+            stage: Stage::observe(),
+            sampling: false,
+            profile: PageProfile::new(page_shift),
+            build: StackBuild::default(),
+            search: None,
+            remembered: VecDeque::new(),
+            pages: PageLedger::new(knobs.page_budget),
+            fruitless: 0,
+            skip_window: false,
+            history: VecDeque::new(),
+            stats: Stats::default(),
+            knobs,
+        })
+    }
+
+    pub fn pid(&self) -> Pid {
+        self.pid
+    }
+
+    pub fn knobs(&self) -> &Knobs {
+        &self.knobs
+    }
+
+    /// The colours of the pollute buffer (the platform must be configured with them).
+    pub fn pollute_colours(&self) -> &[Colour] {
+        &self.pollute
+    }
+
+    pub fn state(&self) -> State {
+        self.stage.state()
+    }
+
+    /// Transitions, search steps and other events, oldest first (the last 4096).
+    pub fn history(&self) -> impl ExactSizeIterator<Item = &Event> + '_ {
+        self.history.iter()
+    }
+
+    /// The current miss-rate stack (empty before the first profile).
+    pub fn stack(&self) -> &MissRateStack {
+        &self.build.stack
+    }
+
+    /// The regions the stack was built from, by address.
+    pub fn regions(&self) -> &[Region] {
+        &self.build.regions
+    }
+
+    /// The profile being collected, or the last one.
+    pub fn profile(&self) -> &PageProfile {
+        &self.profile
+    }
+
+    /// Pages in the pollute buffer now (confirmed by migration reports).
+    pub fn confined(&self) -> &BTreeSet<VirtPage> {
+        self.pages.confined()
+    }
+
+    /// Ordinary pages found in the pollute colours, not put there by rocs (they are moved
+    /// out when a search confines anything, and left alone at k = 0).
+    pub fn squatters(&self) -> &BTreeSet<VirtPage> {
+        self.pages.squatters()
+    }
+
+    pub fn stats(&self) -> Stats {
+        self.stats
+    }
+
+    /// Whether the controller has asked for sampling and not stopped it.
+    pub fn sampling(&self) -> bool {
+        self.sampling
+    }
+
+    /// Profiling or searching: the turn of its LLC domain is in use.
+    pub fn holds_turn(&self) -> bool {
+        matches!(self.stage, Stage::Profile { .. } | Stage::Search(_))
+    }
+
+    /// Wanted to profile while the turn was withheld, and still waits.
+    pub fn waiting_for_turn(&self) -> bool {
+        matches!(self.stage, Stage::Observe { waiting: true, .. })
+    }
+
+    /// The search in progress or last finished, with its measurements.
+    pub fn search(&self) -> Option<&Search> {
+        self.search.as_ref()
+    }
+
+    /// Feed one observation; carry out the returned actions in order.
+    pub fn on(&mut self, obs: Observation<'_>) -> Vec<Action> {
+        let mut out = Vec::new();
+        if self.stage.state() == State::Exited {
+            return out;
+        }
+        match obs {
+            Observation::Window(delta) => self.on_window(delta, WindowContext::default(), &mut out),
+            Observation::Samples(samples) => self.on_samples(samples),
+            Observation::SampleLoss(loss) => {
+                self.stats.samples_lost += loss.lost;
+                self.stats.samples_throttled += loss.throttled;
+            }
+            Observation::Migrated(report) => self.on_migrated(report, &mut out),
+            Observation::Colours(report) => self.on_colours(report, &mut out),
+            Observation::TargetExited => {
+                self.stop_sampling(&mut out);
+                self.transition(Stage::Exited, "the target exited".into(), &mut out);
+            }
+            Observation::Command(cmd) => self.on_command(cmd, &mut out),
+        }
+        out
+    }
+
+    /// A window of a target that shares its LLC with others: the counters, and what the
+    /// domain adds (the turn, the group's score, a change of sharers).
+    pub fn on_shared_window(&mut self, delta: CounterDelta, context: WindowContext) -> Vec<Action> {
+        let mut out = Vec::new();
+        if self.stage.state() != State::Exited {
+            self.on_window(delta, context, &mut out);
+        }
+        out
+    }
+
+    fn on_samples(&mut self, samples: &[MemSample]) {
+        if !matches!(self.stage, Stage::Profile { .. }) {
+            return;
+        }
+        for s in samples.iter().filter(|s| s.pid == self.pid) {
+            self.profile.record(s.vaddr, s.source);
+            self.stats.samples += 1;
+        }
+    }
+
+    fn on_window(&mut self, delta: CounterDelta, context: WindowContext, out: &mut Vec<Action>) {
+        self.stats.windows += 1;
+        self.pages.new_window(self.knobs.page_budget);
+        match &mut self.stage {
+            Stage::Observe { streak, waiting } if *waiting && context.turn == Turn::Granted => {
+                // The holder's moves changed this target's cache: what made it want to
+                // profile may no longer hold. Look again from the new placement.
+                *waiting = false;
+                *streak = 0;
+            }
+            Stage::Steady { phase, .. } if context.sharers_changed => {
+                // Learn the phase reference again under the new mix.
+                phase.reset();
+            }
+            _ => {}
+        }
+        // A window in which the target did not run says nothing about it.
+        let ran = delta.cycles > 0 && delta.instructions > 0;
+        match self.stage.state() {
+            State::Observe if ran => self.observe_window(&delta, context.turn, out),
+            State::Profile => self.profile_window(context.group_score.is_some(), out),
+            State::Search => self.search_window(&delta, ran, context.group_score, out),
+            State::Steady if ran => self.steady_window(&delta, context.turn, out),
+            State::Paused => {
+                if matches!(self.stage, Stage::Paused { restoring: true }) {
+                    self.restore_batch(out);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Whether a window misses enough (both thresholds) to be worth profiling.
+    fn worth_profiling(&self, delta: &CounterDelta) -> bool {
+        miss_rate(delta) >= self.knobs.min_llc_miss_rate && delta.mpki() >= self.knobs.min_mpki
+    }
+
+    fn observe_window(&mut self, delta: &CounterDelta, turn: Turn, out: &mut Vec<Action>) {
+        let worth = self.worth_profiling(delta);
+        let Stage::Observe { streak, waiting } = &mut self.stage else {
+            return;
+        };
+        *streak = if worth { *streak + 1 } else { 0 };
+        if *streak < self.knobs.observe_windows {
+            return;
+        }
+        let reason = format!(
+            "LLC miss rate {:.2} ≥ {:.2} and MPKI {:.2} ≥ {:.2} for {} window(s)",
+            miss_rate(delta),
+            self.knobs.min_llc_miss_rate,
+            delta.mpki(),
+            self.knobs.min_mpki,
+            streak
+        );
+        // Profile now if the turn allows it; otherwise wait, and say so once.
+        match turn {
+            Turn::Granted => self.start_profile(reason, out),
+            Turn::Withheld { holder } => {
+                if !std::mem::replace(waiting, true) {
+                    self.event(EventKind::Waiting { holder, reason }, out);
+                }
+            }
+        }
+    }
+
+    /// `scored`: the window came with the LLC group's score, so a search starting now is
+    /// judged by it.
+    fn profile_window(&mut self, scored: bool, out: &mut Vec<Action>) {
+        let Stage::Profile {
+            windows,
+            pages_seen,
+        } = &mut self.stage
+        else {
+            return;
+        };
+        *windows += 1;
+        // A profile lasts at least `profile_windows`, and goes on (up to
+        // `profile_max_windows`) while each window still finds many new pages: a sweep over
+        // a large array reaches its pages one window after another.
+        let pages = self.profile.len();
+        let new_pages = pages - std::mem::replace(pages_seen, pages);
+        let saturated = new_pages as f64 <= self.knobs.profile_saturation * pages as f64;
+        if *windows >= self.knobs.profile_max_windows
+            || (*windows >= self.knobs.profile_windows && saturated)
+        {
+            self.finish_profile(scored, out);
+        }
+    }
+
+    fn steady_window(&mut self, delta: &CounterDelta, turn: Turn, out: &mut Vec<Action>) {
+        if self.pages.in_flight() > 0 || std::mem::take(&mut self.skip_window) {
+            return;
+        }
+        let Stage::Steady {
+            windows,
+            cooldown,
+            phase,
+        } = &mut self.stage
+        else {
+            return;
+        };
+        if let Turn::Withheld { .. } = turn {
+            // Another target's search moves pages: its probes change this target's IPC and
+            // MPKI without any phase change of its own. The reference is learnt again once
+            // the turn is free.
+            phase.reset();
+            return;
+        }
+        *windows += 1;
+        if *windows <= *cooldown {
+            return;
+        }
+        if phase.observe(delta.ipc(), delta.mpki()) != PhaseVerdict::Changed {
+            return;
+        }
+        self.stats.phase_changes += 1;
+        let reason = format!(
+            "phase change: IPC {:.3}, MPKI {:.2} outside the ±{:.0}% band for {} windows",
+            delta.ipc(),
+            delta.mpki(),
+            self.knobs.phase_band * 100.0,
+            self.knobs.phase_windows
+        );
+        if self.worth_profiling(delta) {
+            self.stats.phase_changes_profiled += 1;
+            self.start_profile(reason, out);
+        } else {
+            let reason = format!("{reason}; the new phase misses too little to profile");
+            self.transition(Stage::observe(), reason, out);
+        }
+    }
+
+    fn start_profile(&mut self, reason: String, out: &mut Vec<Action>) {
+        self.profile.clear();
+        self.pages.forget_failures();
+        self.stats.profiles += 1;
+        let profile = Stage::Profile {
+            windows: 0,
+            pages_seen: 0,
+        };
+        self.transition(profile, reason, out);
+        self.sampling = true;
+        out.push(Action::StartSampling(SamplingPlan {
+            period: self.knobs.sample_period,
+            cpu_budget: self.knobs.sample_cpu_budget,
+        }));
+    }
+
+    fn stop_sampling(&mut self, out: &mut Vec<Action>) {
+        if std::mem::take(&mut self.sampling) {
+            out.push(Action::StopSampling);
+        }
+    }
+
+    /// `fruitful`: the search chose to confine something. (Not "pages are confined now":
+    /// the restores of a search that chose k = 0 may still be in flight.)
+    fn enter_steady(&mut self, reason: String, fruitful: bool, out: &mut Vec<Action>) {
+        // A search that found nothing makes the next one less urgent: phase changes are
+        // ignored for a while, twice as long after each fruitless search in a row.
+        self.fruitless = if fruitful { 0 } else { self.fruitless + 1 };
+        let cooldown = if self.fruitless == 0 {
+            0
+        } else {
+            (FRUITLESS_COOLDOWN << (self.fruitless - 1).min(6)).min(FRUITLESS_COOLDOWN_MAX)
+        };
+        let steady = Stage::Steady {
+            windows: 0,
+            cooldown,
+            phase: PhaseDetector::new(self.knobs.phase_band, self.knobs.phase_windows),
+        };
+        self.transition(steady, reason, out);
+    }
+
+    fn on_migrated(&mut self, report: MigrationReport, out: &mut Vec<Action>) {
+        let (moved, failures) = self.pages.on_migrated(&report);
+        self.stats.pages_migrated += moved;
+        if let Some(f) = failures {
+            self.stats.migrations_failed += f.count as u64;
+            let failed = EventKind::MigrationFailed {
+                to: report.to,
+                failed: f.count,
+                errno: f.errno,
+            };
+            self.event(failed, out);
+        }
+        if matches!(self.stage, Stage::Paused { restoring: true })
+            && self.pages.in_flight() == 0
+            && self.pages.restorable().next().is_none()
+        {
+            self.stage = Stage::Paused { restoring: false };
+            self.event(EventKind::Restored, out);
+        }
+    }
+
+    fn restore_batch(&mut self, out: &mut Vec<Action>) {
+        match self.pages.restore_batch() {
+            None => {}
+            Some(Some(migrate)) => out.push(migrate),
+            Some(None) => {
+                self.stage = Stage::Paused { restoring: false };
+                self.event(EventKind::Restored, out);
+            }
+        }
+    }
+
+    fn on_command(&mut self, cmd: Command, out: &mut Vec<Action>) {
+        let paused = self.state() == State::Paused;
+        match cmd {
+            Command::Pause if !paused => {
+                self.stop_sampling(out);
+                let stage = Stage::Paused { restoring: false };
+                self.transition(stage, "paused by the operator".into(), out);
+            }
+            Command::Resume if paused => {
+                self.transition(Stage::observe(), "resumed by the operator".into(), out);
+            }
+            Command::RestoreAll => {
+                self.stop_sampling(out);
+                let stage = Stage::Paused { restoring: true };
+                if paused {
+                    self.stage = stage;
+                } else {
+                    self.transition(stage, "restore requested by the operator".into(), out);
+                }
+                // New pages may be retried now: the operator wants everything back.
+                self.pages.forget_failures();
+                self.restore_batch(out);
+            }
+            _ => {}
+        }
+    }
+
+    fn transition(&mut self, to: Stage, reason: String, out: &mut Vec<Action>) {
+        let from = self.stage.state();
+        let to_state = to.state();
+        self.stage = to;
+        let kind = EventKind::Transition {
+            from,
+            to: to_state,
+            reason,
+        };
+        self.event(kind, out);
+    }
+
+    fn event(&mut self, kind: EventKind, out: &mut Vec<Action>) {
+        let e = Event {
+            window: self.stats.windows,
+            kind,
+        };
+        if self.history.len() == HISTORY_CAP {
+            self.history.pop_front();
+        }
+        self.history.push_back(e.clone());
+        out.push(Action::Report(e));
+    }
+}
+
+fn miss_rate(delta: &CounterDelta) -> f64 {
+    if delta.llc_references == 0 {
+        0.0
+    } else {
+        delta.llc_misses as f64 / delta.llc_references as f64
+    }
+}

@@ -1,0 +1,334 @@
+//! The controller from a finished profile to a chosen placement: the stack is built, the
+//! pages already in the pollute colours are learnt, then each placement the search asks
+//! for is moved to, settled and measured, until the search chooses its `k`.
+
+use std::collections::HashSet;
+
+use super::messages::{Action, ColourReport, EventKind};
+use super::{Controller, Stage};
+use crate::knobs::SearchMode;
+use crate::regions::{build_stack, RegionParams};
+use crate::search::{Next, Search};
+use crate::{CounterDelta, VirtPage};
+
+/// Windows measured, and averaged, at each placement of a search judged by an LLC group.
+const GROUP_MEASURE_WINDOWS: usize = 2;
+
+/// Phases whose search result is remembered (the oldest is forgotten first).
+const PHASES_REMEMBERED: usize = 4;
+
+/// A remembered phase matches a new stack when this share of its confined pages are the
+/// new stack's top pages.
+const RECALL_OVERLAP: f64 = 0.9;
+
+/// A remembered choice is kept without a new search if it measures at least this share of
+/// the gain it measured over k = 0 when it was chosen.
+const RECALL_GAIN_SHARE: f64 = 0.5;
+
+/// What a search that paid found: its pages, and IPC with and without them confined.
+#[derive(Clone, Debug)]
+pub(super) struct PhaseMemory {
+    pages: HashSet<VirtPage>,
+    ipc: f64,
+    baseline_ipc: f64,
+}
+
+/// What a search in progress needs besides the [`Search`] itself.
+#[derive(Clone, Debug, Default)]
+pub(super) struct SearchRun {
+    /// The placement for this `k` is complete: the next window measures it.
+    measuring: Option<usize>,
+    /// Windows still to wait after a move before measuring.
+    settle_left: u32,
+    /// The window count when pages were last moved.
+    moved_at: Option<u64>,
+    /// The search is over; moving to this `k` before Steady.
+    final_k: Option<usize>,
+    /// Windows measured at k = 0 that missed too little to be worth profiling, and that
+    /// missed enough.
+    baseline_quiet: u32,
+    baseline_loud: u32,
+    started_at: u64,
+    /// Judged by the LLC group's score rather than the target's own IPC.
+    judged_by_group: bool,
+    /// Scores of the windows measured so far at the current placement (group search).
+    span: Vec<f64>,
+}
+
+impl Controller {
+    fn run_mut(&mut self) -> Option<&mut SearchRun> {
+        match &mut self.stage {
+            Stage::Search(run) => Some(run),
+            _ => None,
+        }
+    }
+
+    /// The profile is over: build the stack and start the search (`scored`: the window
+    /// that ended it came with the LLC group's score, so the search is judged by it).
+    pub(super) fn finish_profile(&mut self, scored: bool, out: &mut Vec<Action>) {
+        self.stop_sampling(out);
+        let params = RegionParams {
+            min_samples: self.knobs.min_samples_per_page,
+            tolerance: self.knobs.region_merge_tolerance,
+            max_gap: self.knobs.region_max_gap,
+        };
+        self.build = build_stack(&self.profile, &params);
+        let n = self.build.stack.len();
+        let profiled = EventKind::Profiled {
+            pages_profiled: self.profile.len(),
+            samples: self.profile.samples_total(),
+            stack_pages: n,
+            regions: self.build.regions.len(),
+        };
+        self.event(profiled, out);
+        if n == 0 {
+            let reason = "the profile has no page with LLC samples: nothing to rank";
+            self.enter_steady(reason.into(), false, out);
+            return;
+        }
+        if self.knobs.dry_run {
+            let reason = format!("dry run: stack of {n} pages built, no page is migrated");
+            self.enter_steady(reason, false, out);
+            return;
+        }
+        let mut search = Search::new(&self.knobs, n, self.build.stack.boundaries());
+        if scored {
+            search.judged_by_group();
+        }
+        let recalled = self.recall();
+        if let Some((k, accept_above)) = recalled {
+            search.recall(k, accept_above);
+        }
+        self.search = Some(search);
+        self.stats.searches += 1;
+        let mut reason = format!(
+            "{} search over a stack of {n} pages in {} regions",
+            self.knobs.search,
+            self.build.regions.len()
+        );
+        if let (Some((k, _)), SearchMode::Adaptive) = (recalled, self.knobs.search) {
+            reason += &format!(", from k = {k}: its top pages are an earlier phase's choice");
+        }
+        let run = SearchRun {
+            started_at: self.stats.windows,
+            judged_by_group: scored,
+            ..SearchRun::default()
+        };
+        self.transition(Stage::Search(run), reason, out);
+        // First learn which stack pages already sit in the pollute colours; the search
+        // starts once the answer is in.
+        out.push(self.pages.ask_colours(self.build.stack.top(n).collect()));
+    }
+
+    pub(super) fn on_colours(&mut self, report: ColourReport, out: &mut Vec<Action>) {
+        if !self.pages.on_colours(&report, &self.pollute) {
+            return;
+        }
+        if matches!(self.stage, Stage::Search(_)) && self.pages.in_flight() == 0 {
+            self.search_step(out);
+        }
+    }
+
+    /// A window of the search: measure the placement if it is ready, then decide what the
+    /// next window is for.
+    pub(super) fn search_window(
+        &mut self,
+        delta: &CounterDelta,
+        ran: bool,
+        group_score: Option<f64>,
+        out: &mut Vec<Action>,
+    ) {
+        self.stats.search_windows += 1;
+        if self.pages.in_flight() > 0 {
+            // A migration report is missing: this window's placement is unknown.
+            return;
+        }
+        self.skip_window = false;
+        let worth = self.worth_profiling(delta);
+        let Some(run) = self.run_mut() else {
+            return;
+        };
+        let Some(k) = run.measuring else {
+            self.search_step(out);
+            return;
+        };
+        if run.settle_left > 0 {
+            // The window right after a move carries the move's cost and cold caches for
+            // the moved pages: not a fair measurement of k.
+            run.settle_left -= 1;
+            return;
+        }
+        if !ran {
+            return;
+        }
+        let (ipc, mpki) = (delta.ipc(), delta.mpki());
+        let mut value = group_score.unwrap_or(ipc);
+        if run.judged_by_group {
+            // A search judged by its LLC group measures each placement over several
+            // windows: the others' gain comes in bursts (while a partly confined stream
+            // sweeps its confined part), and one window says more about where the sweep was
+            // than about `k`.
+            let Some(score) = group_score else {
+                return;
+            };
+            run.span.push(score);
+            if run.span.len() < GROUP_MEASURE_WINDOWS {
+                return;
+            }
+            value = run.span.iter().sum::<f64>() / run.span.len() as f64;
+            run.span.clear();
+        }
+        run.measuring = None;
+        if k == 0 {
+            if worth {
+                run.baseline_loud += 1;
+            } else {
+                run.baseline_quiet += 1;
+            }
+        }
+        if let Some(s) = self.search.as_mut() {
+            s.record(k, value);
+        }
+        let step = EventKind::SearchStep {
+            k,
+            ipc,
+            mpki,
+            group_score: group_score.map(|_| value),
+        };
+        self.event(step, out);
+        self.search_step(out);
+    }
+
+    /// Decide what the next window is for, and start the moves it needs.
+    fn search_step(&mut self, out: &mut Vec<Action>) {
+        let (Some(search), Stage::Search(run)) = (self.search.as_mut(), &self.stage) else {
+            return;
+        };
+        let next = match run.final_k {
+            Some(k) => Next::Done(k),
+            // The misses that started the profile are gone (a cold start that warmed up, a
+            // burst that ended): with nothing missing at k = 0, no `k` can gain, and every
+            // probe would cost its moves.
+            None if run.baseline_quiet >= 2
+                && run.baseline_loud == 0
+                && search.measurements().iter().all(|(k, _, _)| k == 0) =>
+            {
+                Next::Done(0)
+            }
+            None => search.next_step(),
+        };
+        match next {
+            Next::Measure(k) => {
+                let moved_before = self.stats.windows;
+                if self.move_towards(k, out) {
+                    let settle = self.knobs.settle_windows;
+                    let run = self.run_mut().expect("searching");
+                    run.measuring = Some(k);
+                    // Settle after any move that made up this placement, the last batch
+                    // included.
+                    if run.moved_at == Some(moved_before) {
+                        run.settle_left = settle;
+                    }
+                }
+            }
+            Next::Done(k) => self.search_done(k, out),
+        }
+    }
+
+    /// The search chose `k`: remember what it found, move there, then hold it.
+    fn search_done(&mut self, k: usize, out: &mut Vec<Action>) {
+        let (Some(search), Some(run)) = (self.search.as_ref(), self.run_mut_ref()) else {
+            return;
+        };
+        if run.final_k.is_none() {
+            let windows = self.stats.windows - run.started_at;
+            let m = search.measurements();
+            let (ipc, baseline_ipc) = (m.mean(k), m.mean(0));
+            if let (true, Some(ipc), Some(baseline_ipc)) = (k > 0, ipc, baseline_ipc) {
+                let pages: HashSet<VirtPage> = self.build.stack.top(k).collect();
+                // The same phase found again replaces its old entry.
+                self.remembered
+                    .retain(|r| overlap(&r.pages, &pages) < RECALL_OVERLAP);
+                self.remembered.push_front(PhaseMemory {
+                    pages,
+                    ipc,
+                    baseline_ipc,
+                });
+                self.remembered.truncate(PHASES_REMEMBERED);
+            }
+            self.run_mut().expect("searching").final_k = Some(k);
+            let done = EventKind::SearchDone {
+                k,
+                ipc,
+                baseline_ipc,
+                windows,
+            };
+            self.event(done, out);
+        }
+        if self.move_towards(k, out) {
+            let run = self.run_mut_ref().expect("searching");
+            let mut reason = format!(
+                "search chose k = {k} of {} pages ({} confined)",
+                self.build.stack.len(),
+                self.pages.confined().len()
+            );
+            if k == 0 && run.baseline_loud == 0 && run.baseline_quiet > 0 {
+                reason += "; at k = 0 the target missed too little to be worth profiling: nothing to gain";
+            }
+            self.enter_steady(reason, k > 0, out);
+        }
+    }
+
+    fn run_mut_ref(&self) -> Option<&SearchRun> {
+        match &self.stage {
+            Stage::Search(run) => Some(run),
+            _ => None,
+        }
+    }
+
+    /// The remembered phase whose confined pages are (nearly all) the top pages of the new
+    /// stack: its `k` on this stack, and the IPC that `k` must reach to be kept.
+    fn recall(&self) -> Option<(usize, f64)> {
+        let n = self.build.stack.len();
+        self.remembered.iter().find_map(|r| {
+            let k = r.pages.len();
+            if k == 0 || k > n {
+                return None;
+            }
+            let top: HashSet<VirtPage> = self.build.stack.top(k).collect();
+            (overlap(&r.pages, &top) >= RECALL_OVERLAP).then_some((
+                k,
+                r.baseline_ipc + RECALL_GAIN_SHARE * (r.ipc - r.baseline_ipc),
+            ))
+        })
+    }
+
+    /// Issue the next batch (within the window's page budget) of the moves that make the
+    /// confined set the top `k` of the stack. Returns true when, once this batch is done,
+    /// the placement is complete: the next window measures `k`.
+    fn move_towards(&mut self, k: usize, out: &mut Vec<Action>) -> bool {
+        // Confined pages the current profile did not see stay where they are: a page this
+        // phase does not touch costs nothing in the pollute buffer, and the phase that
+        // confined it finds it there when it comes back.
+        let (build, profile) = (&self.build, &self.profile);
+        let seen = |p: &VirtPage| build.contains(*p) || profile.get(*p).is_some();
+        let moves = self.pages.moves_towards(&build.stack, k, &seen);
+        if moves.issued > 0 {
+            self.skip_window = true;
+            let now = self.stats.windows;
+            if let Some(run) = self.run_mut() {
+                run.moved_at = Some(now);
+            }
+        }
+        out.extend(moves.actions);
+        moves.complete
+    }
+}
+
+/// The share of `a` that is also in `b`.
+fn overlap(a: &HashSet<VirtPage>, b: &HashSet<VirtPage>) -> f64 {
+    if a.is_empty() {
+        return 0.0;
+    }
+    a.iter().filter(|p| b.contains(p)).count() as f64 / a.len() as f64
+}

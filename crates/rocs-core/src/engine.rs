@@ -1,0 +1,351 @@
+//! The engine of one LLC domain: it owns the controllers of the targets that share that
+//! cache, routes observations to them, gives turns, and judges a search by what it does to
+//! every sharer.
+//!
+//! Each controller alone maximises its own target's IPC. When a streaming tenant pollutes
+//! the cache of a tenant that reuses data, confining the streamer's pages gives the other
+//! tenant its cache back but does not speed the streamer up: the streamer's own search keeps
+//! `k = 0` and never sees the gain. And two searches at once disturb each other, because
+//! each one's probes change the other target's IPC. So:
+//!
+//! - **One turn.** Only one target at a time profiles and searches (holds the turn); the
+//!   others are told [`Turn::Withheld`] with their windows and wait in Observe or Steady,
+//!   keeping their state, without watching for phase changes (the holder's moves change
+//!   their IPC too). A target that wanted to profile meanwhile says so once
+//!   ([`crate::EventKind::Waiting`]) and looks again when the turn is free.
+//! - **One objective.** The holder's search records the domain's score of each window
+//!   ([`Engine::score`]) instead of its own IPC.
+//!
+//! Like the controller, the engine is sans-IO. Data flows one way: counters and samples in
+//! ([`Engine::on`], [`Engine::end_window`]), actions out, tagged with the pid they are for.
+//! [`crate::Driver`] carries them to a platform. A domain of one target never withholds the
+//! turn and sends no score: a lone target runs exactly as it would alone.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::controller::{Action, Controller, Observation, State, Turn, WindowContext};
+use crate::{CounterDelta, Pid};
+
+/// A target of the domain, with what the engine knows of it.
+#[derive(Clone, Debug)]
+struct Member {
+    ctrl: Controller,
+    /// When it started waiting for the turn (a window number), while it waits.
+    waiting_since: Option<u64>,
+    /// Its IPC in the window before the current turn began: the pace its score is
+    /// measured against during that turn.
+    reference_ipc: Option<f64>,
+}
+
+/// The controllers of the targets that share one LLC.
+#[derive(Clone, Debug, Default)]
+pub struct Engine {
+    members: BTreeMap<Pid, Member>,
+    /// Controllers of targets that exited, kept for inspection until detached.
+    exited: BTreeMap<Pid, Controller>,
+    /// The member that profiles or searches.
+    holder: Option<Pid>,
+    /// The holder's search is judged by the domain's score (the turn began with at least
+    /// two members to measure).
+    scored: bool,
+    /// The counters of the window being fed, by member.
+    window: BTreeMap<Pid, CounterDelta>,
+    /// Windows ended.
+    windows: u64,
+    /// Members that ran in the previous window.
+    running: BTreeSet<Pid>,
+    /// Members to tell, with their next window, that the set of running members changed.
+    tell_changed: BTreeSet<Pid>,
+}
+
+impl Engine {
+    pub fn new() -> Self {
+        Engine::default()
+    }
+
+    /// A target attached on this LLC, with its controller (the target is the controller's
+    /// pid). Returns the controller it replaces, if that pid was attached already.
+    pub fn attach(&mut self, ctrl: Controller) -> Option<Controller> {
+        let pid = ctrl.pid();
+        let old = self.detach(pid);
+        let member = Member {
+            ctrl,
+            waiting_since: None,
+            reference_ipc: None,
+        };
+        self.members.insert(pid, member);
+        old
+    }
+
+    /// A target released (or gone): its controller, taken out of the domain. If it held the
+    /// turn, the turn is free.
+    pub fn detach(&mut self, pid: Pid) -> Option<Controller> {
+        let exited = self.exited.remove(&pid);
+        self.leave(pid).or(exited)
+    }
+
+    /// The controller of a target, attached or exited.
+    pub fn controller(&self, pid: Pid) -> Option<&Controller> {
+        self.members
+            .get(&pid)
+            .map(|m| &m.ctrl)
+            .or_else(|| self.exited.get(&pid))
+    }
+
+    /// Every controller, attached or exited, by pid.
+    pub fn controllers(&self) -> impl Iterator<Item = &Controller> + '_ {
+        let mut all: Vec<&Controller> = self
+            .members
+            .values()
+            .map(|m| &m.ctrl)
+            .chain(self.exited.values())
+            .collect();
+        all.sort_by_key(|c| c.pid());
+        all.into_iter()
+    }
+
+    /// The targets that have not exited, by pid.
+    pub fn pids(&self) -> impl ExactSizeIterator<Item = Pid> + '_ {
+        self.members.keys().copied()
+    }
+
+    /// Targets that have not exited.
+    pub fn len(&self) -> usize {
+        self.members.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.members.is_empty()
+    }
+
+    /// The target that profiles or searches now.
+    pub fn holder(&self) -> Option<Pid> {
+        self.holder
+    }
+
+    /// The turn a target has.
+    pub fn turn_for(&self, pid: Pid) -> Turn {
+        match self.holder {
+            Some(holder) if holder != pid => Turn::Withheld { holder },
+            _ => Turn::Granted,
+        }
+    }
+
+    /// An observation for one target (anything but its window's counters, which come
+    /// through [`Engine::end_window`]). Returns its controller's actions; an unknown pid has
+    /// none. A target that exited leaves the domain (its controller stays until detached).
+    pub fn on(&mut self, pid: Pid, obs: Observation<'_>) -> Vec<Action> {
+        let exits = matches!(obs, Observation::TargetExited);
+        let Some(member) = self.members.get_mut(&pid) else {
+            return Vec::new();
+        };
+        let actions = member.ctrl.on(obs);
+        if exits {
+            if let Some(ctrl) = self.leave(pid) {
+                self.exited.insert(pid, ctrl);
+            }
+        } else {
+            self.update(pid);
+        }
+        actions
+    }
+
+    /// A window ended: every target's counters for it (pids that are not members are
+    /// ignored; a member without counters did not run and is not fed). Feeds each member
+    /// its window and returns the actions, in order: members waiting for the turn first
+    /// (longest waiting first), then by LLC misses in this window, most first (confining
+    /// the biggest polluter is what helps the others most, so it should search first when
+    /// several want to), then by pid.
+    pub fn end_window(&mut self, counters: &[(Pid, CounterDelta)]) -> Vec<(Pid, Action)> {
+        self.windows += 1;
+        self.window = counters
+            .iter()
+            .filter(|(pid, _)| self.members.contains_key(pid))
+            .map(|&(pid, delta)| (pid, delta))
+            .collect();
+        self.note_running();
+        let mut order: Vec<Pid> = self.window.keys().copied().collect();
+        order.sort_by_key(|pid| {
+            let waiting = self.members[pid].waiting_since.unwrap_or(u64::MAX);
+            let misses = self.window[pid].llc_misses;
+            (waiting, std::cmp::Reverse(misses), *pid)
+        });
+        let mut out = Vec::new();
+        for pid in order {
+            let context = WindowContext {
+                turn: self.turn_for(pid),
+                group_score: (self.scored && self.holder == Some(pid))
+                    .then(|| self.score())
+                    .flatten(),
+                sharers_changed: self.tell_changed.remove(&pid),
+            };
+            let delta = self.window[&pid];
+            let member = self.members.get_mut(&pid).expect("a member");
+            let actions = member.ctrl.on_shared_window(delta, context);
+            self.update(pid);
+            out.extend(actions.into_iter().map(|a| (pid, a)));
+        }
+        out
+    }
+
+    /// A member that starts or stops running changes the others' cache: they must not take
+    /// it for a phase change of their own.
+    fn note_running(&mut self) {
+        let running: BTreeSet<Pid> = self
+            .window
+            .iter()
+            .filter(|(_, d)| d.cycles > 0 && d.instructions > 0)
+            .map(|(&pid, _)| pid)
+            .collect();
+        let changed: BTreeSet<Pid> = running
+            .symmetric_difference(&self.running)
+            .copied()
+            .collect();
+        if self.windows > 1 && !changed.is_empty() && self.members.len() > 1 {
+            self.tell_changed
+                .extend(self.members.keys().filter(|p| !changed.contains(p)));
+        }
+        self.running = running;
+    }
+
+    /// The domain's score of the window being fed: the mean, over the members that have a
+    /// reference pace for this turn and ran in the window, of IPC / reference IPC (the
+    /// normalised weighted speedup of the mix). `None` when no such member ran.
+    ///
+    /// Why this measure: the oracle (rocs-sim's Best Offline) minimises the elapsed cycles
+    /// of the whole mix, each process on its own core. Online nobody knows which tenant will
+    /// finish last nor how much work it has left, so each tenant's progress counts relative
+    /// to its own pace: a memory-bound tenant that speeds up by 40% is worth as much as a
+    /// fast one that speeds up by 40%, whatever their raw IPCs (a sum of raw IPCs would
+    /// weigh most the high-IPC streamer, the tenant that gains least from the cache). This
+    /// is the usual throughput measure of a multiprogrammed mix (weighted speedup), and it
+    /// is 1 at the pace the turn began with. The references stay fixed for the whole turn,
+    /// so the score is linear in each member's IPC and the search's noise handling (means,
+    /// pooled deviation, relative margin) applies to it as to one target's IPC.
+    pub fn score(&self) -> Option<f64> {
+        let (mut sum, mut n) = (0.0, 0usize);
+        for (pid, m) in &self.members {
+            let (Some(reference), Some(d)) = (m.reference_ipc, self.window.get(pid)) else {
+                continue;
+            };
+            if reference > 0.0 && d.cycles > 0 && d.instructions > 0 {
+                sum += d.ipc() / reference;
+                n += 1;
+            }
+        }
+        (n > 0).then(|| sum / n as f64)
+    }
+
+    /// Take a member out of the turn's bookkeeping and return its controller.
+    fn leave(&mut self, pid: Pid) -> Option<Controller> {
+        let member = self.members.remove(&pid)?;
+        self.window.remove(&pid);
+        self.tell_changed.remove(&pid);
+        if self.running.remove(&pid) {
+            self.tell_changed.extend(self.members.keys().copied());
+        }
+        if self.holder == Some(pid) {
+            self.end_turn();
+        }
+        Some(member.ctrl)
+    }
+
+    /// After a member's controller changed: a holder that no longer profiles or searches
+    /// frees the turn; a member that started to takes it.
+    fn update(&mut self, pid: Pid) {
+        let Some(member) = self.members.get(&pid) else {
+            return;
+        };
+        let busy = member.ctrl.holds_turn();
+        if self.holder == Some(pid) && !busy {
+            self.end_turn();
+        }
+        if self.holder.is_none() && busy {
+            self.begin_turn(pid);
+        }
+        let windows = self.windows;
+        let member = self.members.get_mut(&pid).expect("a member");
+        if member.ctrl.waiting_for_turn() {
+            member.waiting_since.get_or_insert(windows);
+        } else {
+            member.waiting_since = None;
+        }
+    }
+
+    fn begin_turn(&mut self, pid: Pid) {
+        self.holder = Some(pid);
+        // Each member's pace in the window the turn began with: the holder decided to
+        // profile on this window, before any sampling or move of the turn.
+        for (p, m) in self.members.iter_mut() {
+            m.reference_ipc = self
+                .window
+                .get(p)
+                .filter(|d| d.cycles > 0 && d.instructions > 0)
+                .map(CounterDelta::ipc);
+        }
+        let measured = self
+            .members
+            .values()
+            .filter(|m| m.reference_ipc.is_some())
+            .count();
+        self.scored = measured >= 2;
+    }
+
+    fn end_turn(&mut self) {
+        self.holder = None;
+        self.scored = false;
+        for m in self.members.values_mut() {
+            m.reference_ipc = None;
+        }
+    }
+
+    /// The state of every target, by pid (exited ones included).
+    pub fn states(&self) -> Vec<(Pid, State)> {
+        self.controllers().map(|c| (c.pid(), c.state())).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Knobs;
+
+    #[test]
+    fn a_member_that_stops_running_is_no_phase_change_of_the_others() {
+        let mut engine = Engine::new();
+        for pid in [1, 2] {
+            let knobs = Knobs {
+                min_mpki: 1e9,
+                ..Knobs::default()
+            };
+            engine.attach(Controller::new(pid, knobs, 12, 16).expect("valid knobs"));
+        }
+        let ran = CounterDelta {
+            instructions: 1000,
+            cycles: 2000,
+            ..CounterDelta::default()
+        };
+        let idle = CounterDelta::default();
+        let set = |pids: &[Pid]| pids.iter().copied().collect::<BTreeSet<Pid>>();
+        engine.windows = 1;
+        engine.window = [(1, ran), (2, ran)].into();
+        engine.note_running();
+        assert_eq!(
+            engine.tell_changed,
+            set(&[]),
+            "the first window changes nothing"
+        );
+        // Member 2 stopped running: member 1 is to be told, with its next window.
+        engine.windows = 2;
+        engine.window = [(1, ran), (2, idle)].into();
+        engine.note_running();
+        assert_eq!(engine.tell_changed, set(&[1]));
+        // The window feeds it, and nothing changed since: nothing more to tell.
+        engine.end_window(&[(1, ran), (2, idle)]);
+        assert_eq!(engine.tell_changed, set(&[]));
+        // A member that leaves while it ran changes the others' cache too.
+        engine.end_window(&[(1, ran), (2, ran)]);
+        engine.detach(2);
+        assert_eq!(engine.tell_changed, set(&[1]));
+    }
+}

@@ -1,0 +1,362 @@
+//! The engine of one LLC domain and the driver, against a fake platform: targets take
+//! turns, the biggest polluter goes first, a holder that leaves frees the turn, and a search
+//! is judged by every sharer's pace.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::convert::Infallible;
+
+use rocs_core::{
+    Colour, Controller, CounterDelta, Counters, DataSource, Driver, Engine, EventKind, Knobs,
+    MemSample, Outcome, PageResult, Pid, Placement, Remapper, SampleLoss, Sampler, SamplingPlan,
+    State, Turn, VirtPage,
+};
+
+const SHIFT: u32 = 12;
+const COLOURS: u32 = 16;
+
+/// Each target's IPC, given the machine's placement.
+type IpcOf = dyn Fn(Pid, &FakeMachine) -> f64;
+
+/// Every move and query succeeds; while a target is sampled, each window brings samples
+/// that miss on its pages `first..first + 64` (the first 32 more); each target's IPC is
+/// what `ipc` says for the current placement.
+struct FakeMachine {
+    first: BTreeMap<Pid, u64>,
+    sampling: BTreeSet<Pid>,
+    confined: BTreeMap<Pid, BTreeSet<VirtPage>>,
+    ipc: Box<IpcOf>,
+}
+
+impl FakeMachine {
+    fn new(targets: &[(Pid, u64)], ipc: impl Fn(Pid, &FakeMachine) -> f64 + 'static) -> Self {
+        FakeMachine {
+            first: targets.iter().copied().collect(),
+            sampling: BTreeSet::new(),
+            confined: BTreeMap::new(),
+            ipc: Box::new(ipc),
+        }
+    }
+
+    fn confining(&self, pid: Pid) -> bool {
+        self.confined.get(&pid).is_some_and(|c| !c.is_empty())
+    }
+}
+
+impl Sampler for FakeMachine {
+    type Error = Infallible;
+    fn start(&mut self, pid: Pid, _: &SamplingPlan) -> Result<(), Infallible> {
+        self.sampling.insert(pid);
+        Ok(())
+    }
+    fn stop(&mut self, pid: Pid) -> Result<(), Infallible> {
+        self.sampling.remove(&pid);
+        Ok(())
+    }
+    fn drain(&mut self, pid: Pid, out: &mut Vec<MemSample>) -> Result<SampleLoss, Infallible> {
+        if self.sampling.contains(&pid) {
+            let first = self.first[&pid];
+            out.extend((0..640u64).map(|i| MemSample {
+                pid,
+                tid: pid,
+                vaddr: (first + i % 64) << SHIFT,
+                paddr: None,
+                source: if i % 64 < 32 || i % 3 == 0 {
+                    DataSource::LlcMiss
+                } else {
+                    DataSource::LlcHit
+                },
+                weight: 0,
+                time: i,
+            }));
+        }
+        Ok(SampleLoss::default())
+    }
+}
+
+impl Counters for FakeMachine {
+    type Error = Infallible;
+    fn read(&mut self, pid: Pid) -> Result<CounterDelta, Infallible> {
+        Ok(delta((self.ipc)(pid, self)))
+    }
+}
+
+impl Remapper for FakeMachine {
+    type Error = Infallible;
+    fn migrate(
+        &mut self,
+        pid: Pid,
+        pages: &[VirtPage],
+        to: Placement,
+    ) -> Result<Vec<PageResult>, Infallible> {
+        let confined = self.confined.entry(pid).or_default();
+        for p in pages {
+            match to {
+                Placement::Pollute => confined.insert(*p),
+                Placement::Restore => confined.remove(p),
+            };
+        }
+        let colour = if to == Placement::Pollute { 0 } else { 1 };
+        Ok(vec![Ok(Colour(colour)); pages.len()])
+    }
+    fn query(&mut self, _: Pid, pages: &[VirtPage]) -> Result<Vec<PageResult>, Infallible> {
+        Ok(vec![Ok(Colour(1)); pages.len()])
+    }
+}
+
+/// A window with this IPC that misses enough to be worth profiling.
+fn delta(ipc: f64) -> CounterDelta {
+    let cycles = 1_000_000;
+    let instructions = (ipc * cycles as f64) as u64;
+    CounterDelta {
+        instructions,
+        cycles,
+        llc_references: instructions / 20,
+        llc_misses: instructions / 40,
+        time_enabled: cycles,
+        time_running: cycles,
+    }
+}
+
+fn controller(pid: Pid) -> Controller {
+    let knobs = Knobs {
+        profile_windows: 1,
+        min_samples_per_page: 1,
+        pollute_colours: rocs_core::PolluteColours::Set(vec![0]),
+        ..Knobs::default()
+    };
+    Controller::new(pid, knobs, SHIFT, COLOURS).expect("valid knobs")
+}
+
+/// A domain, its machine and driver, and every event by pid.
+struct Domain {
+    engine: Engine,
+    machine: FakeMachine,
+    driver: Driver,
+    events: BTreeMap<Pid, Vec<EventKind>>,
+}
+
+impl Domain {
+    fn new(machine: FakeMachine) -> Self {
+        let mut engine = Engine::new();
+        for &pid in machine.first.keys() {
+            engine.attach(controller(pid));
+        }
+        Domain {
+            engine,
+            machine,
+            driver: Driver::new(),
+            events: BTreeMap::new(),
+        }
+    }
+
+    fn window(&mut self) {
+        let mut out = Vec::new();
+        self.driver
+            .end_window(&mut self.engine, &mut self.machine, &|_, _| false, &mut out);
+        self.note(out);
+    }
+
+    fn note(&mut self, out: Vec<Outcome>) {
+        for o in out {
+            match o {
+                Outcome::Event { pid, event } => {
+                    self.events.entry(pid).or_default().push(event.kind)
+                }
+                Outcome::Failed { pid, error } => panic!("{pid}: {error}"),
+            }
+        }
+    }
+
+    /// Targets profiling or searching.
+    fn busy(&self) -> Vec<Pid> {
+        self.engine
+            .controllers()
+            .filter(|c| c.holds_turn())
+            .map(|c| c.pid())
+            .collect()
+    }
+
+    fn state(&self, pid: Pid) -> State {
+        self.engine.controller(pid).expect("attached").state()
+    }
+}
+
+#[test]
+fn one_target_at_a_time_profiles_and_searches() {
+    let mut d = Domain::new(FakeMachine::new(&[(1, 0x1000), (2, 0x2000)], |_, _| 0.5));
+    let mut turns = Vec::new();
+    for _ in 0..200 {
+        d.window();
+        let b = d.busy();
+        assert!(b.len() <= 1, "two targets hold the turn: {b:?}");
+        assert_eq!(b.first().copied(), d.engine.holder());
+        if let Some(&h) = b.first() {
+            if turns.last() != Some(&h) {
+                turns.push(h);
+            }
+        }
+    }
+    // Both took a turn, one after the other.
+    assert!(turns.contains(&1) && turns.contains(&2), "turns: {turns:?}");
+    // The one that waited said for whom, and why.
+    let waited: Vec<(Pid, &EventKind)> = d
+        .events
+        .iter()
+        .flat_map(|(pid, es)| es.iter().map(move |e| (*pid, e)))
+        .filter(|(_, e)| matches!(e, EventKind::Waiting { .. }))
+        .collect();
+    assert!(!waited.is_empty(), "nobody waited");
+    for (pid, e) in waited {
+        let EventKind::Waiting { holder, reason } = e else {
+            unreachable!()
+        };
+        assert_ne!(*holder, pid);
+        assert!(reason.contains("LLC miss rate"), "{reason}");
+    }
+}
+
+#[test]
+fn the_biggest_polluter_goes_first() {
+    let mut engine = Engine::new();
+    engine.attach(controller(1));
+    engine.attach(controller(2));
+    let mut a = delta(0.5);
+    a.llc_misses = 10;
+    let b = delta(0.5);
+    // Both want to profile (observe_windows is 1): the one missing most takes the turn.
+    let actions = engine.end_window(&[(1, a), (2, b)]);
+    assert_eq!(actions.first().map(|(pid, _)| *pid), Some(2));
+    assert_eq!(engine.holder(), Some(2));
+    assert_eq!(engine.turn_for(1), Turn::Withheld { holder: 2 });
+}
+
+#[test]
+fn a_holder_that_leaves_frees_the_turn() {
+    let mut d = Domain::new(FakeMachine::new(&[(1, 0x1000), (2, 0x2000)], |_, _| 0.5));
+    // Run until one searches while the other waits.
+    let mut holder = None;
+    for _ in 0..20 {
+        d.window();
+        let waiting = d.engine.controllers().any(|c| c.waiting_for_turn());
+        let searching = d.engine.controllers().find(|c| c.state() == State::Search);
+        if let (true, Some(c)) = (waiting, searching) {
+            holder = Some(c.pid());
+            break;
+        }
+    }
+    let holder = holder.expect("one searches while the other waits");
+    let other = if holder == 1 { 2 } else { 1 };
+    let mut out = Vec::new();
+    d.driver
+        .exited(&mut d.engine, &mut d.machine, holder, &mut out);
+    d.note(out);
+    assert_eq!(d.engine.holder(), None);
+    assert_eq!(d.engine.len(), 1);
+    assert_eq!(d.state(holder), State::Exited, "kept until detached");
+    assert!(d.engine.detach(holder).is_some());
+    assert!(d.engine.controller(holder).is_none());
+    // The other gets the turn and profiles at once.
+    d.machine.first.remove(&holder);
+    d.window();
+    assert_eq!(d.state(other), State::Profile);
+    assert_eq!(d.engine.holder(), Some(other));
+    // A newcomer while it holds the turn waits.
+    d.machine.first.insert(3, 0x3000);
+    d.engine.attach(controller(3));
+    d.window();
+    assert_eq!(d.engine.turn_for(3), Turn::Withheld { holder: other });
+    assert_ne!(d.state(3), State::Profile);
+}
+
+#[test]
+fn the_search_records_the_groups_score() {
+    // Target 2's IPC doubles whenever target 1 confines anything (target 1 is the
+    // streamer, 2 the victim); target 1's own IPC does not move.
+    let ipc = |pid: Pid, m: &FakeMachine| match (pid, m.confining(1)) {
+        (1, _) => 0.5,
+        (_, true) => 0.4,
+        (_, false) => 0.2,
+    };
+    let mut d = Domain::new(FakeMachine::new(&[(1, 0x1000), (2, 0x2000)], ipc));
+    for _ in 0..60 {
+        d.window();
+    }
+    let steps: Vec<(usize, f64, Option<f64>)> = d.events[&1]
+        .iter()
+        .filter_map(|e| match e {
+            EventKind::SearchStep {
+                k,
+                ipc,
+                group_score,
+                ..
+            } => Some((*k, *ipc, *group_score)),
+            _ => None,
+        })
+        .collect();
+    assert!(!steps.is_empty(), "target 1 never searched: {:?}", d.events);
+    for &(k, ipc, score) in &steps {
+        // Both paces were measured before the turn (0.5 and 0.2): the score is the mean
+        // of the two targets' speedups over them.
+        let victim = if k > 0 { 0.4 } else { 0.2 };
+        let want = (ipc / 0.5 + victim / 0.2) / 2.0;
+        let score = score.expect("a group score");
+        assert!((score - want).abs() < 1e-9, "k = {k}: {score} vs {want}");
+    }
+    // Judged by the group, the streamer confines: its own IPC never moved.
+    let t1 = d.engine.controller(1).expect("attached");
+    assert!(!t1.confined().is_empty(), "steps: {steps:?}");
+    let recorded = t1.search().expect("searched").measurements();
+    assert!(recorded
+        .iter()
+        .any(|(k, m, _)| k > 0 && (m - 1.5).abs() < 1e-9));
+}
+
+#[test]
+fn a_domain_of_one_sends_no_score_and_never_withholds() {
+    let mut d = Domain::new(FakeMachine::new(&[(1, 0x1000)], |_, _| 0.5));
+    for _ in 0..40 {
+        d.window();
+        assert_eq!(d.engine.turn_for(1), Turn::Granted);
+    }
+    let events = &d.events[&1];
+    assert!(events.iter().any(|e| matches!(
+        e,
+        EventKind::SearchStep {
+            group_score: None,
+            ..
+        }
+    )));
+    assert!(!events
+        .iter()
+        .any(|e| matches!(e, EventKind::Waiting { .. })));
+}
+
+#[test]
+fn release_restores_every_confined_page_and_stops_sampling() {
+    let mut d = Domain::new(FakeMachine::new(&[(1, 0x1000)], |pid, m| {
+        if m.confining(pid) {
+            0.6
+        } else {
+            0.5
+        }
+    }));
+    while d
+        .engine
+        .controller(1)
+        .expect("attached")
+        .confined()
+        .is_empty()
+    {
+        d.window();
+    }
+    let confined = d.machine.confined[&1].len();
+    let mut out = Vec::new();
+    let released = d
+        .driver
+        .release(&mut d.engine, &mut d.machine, 1, true, &mut out);
+    assert_eq!(released.confined, confined);
+    assert_eq!(released.restored, confined);
+    assert!(d.machine.confined[&1].is_empty());
+    assert!(d.machine.sampling.is_empty());
+    assert!(d.engine.controller(1).is_none());
+}

@@ -1,0 +1,260 @@
+//! The real machine as rocs-core's platform: [`LinuxPlatform`] samples and counts its
+//! targets through perf events and moves their pages through the kernel shim, the twin of
+//! `rocs_sim::Machine`. And the machine's LLC domains: the sets of CPUs that share one
+//! last-level cache (a socket, an AMD CCX), so that one engine serves each.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use rocs_core::{
+    CounterDelta, Counters, MemSample, PageResult, Pid, Placement, Remapper, SampleLoss, Sampler,
+    SamplingPlan, VirtPage,
+};
+
+use crate::counters::CounterEvents;
+use crate::geometry::parse_cpu_list;
+use crate::shim::{ShimClient, ShimError};
+use crate::{CountersError, EventPlan, LinuxCounters, LinuxSampler, SamplerError};
+
+/// Why an operation on this machine failed.
+#[derive(Debug, thiserror::Error)]
+pub enum LinuxPlatformError {
+    #[error(transparent)]
+    Sampler(#[from] SamplerError),
+    #[error(transparent)]
+    Counters(#[from] CountersError),
+    #[error(transparent)]
+    Shim(#[from] ShimError),
+    #[error("the rocs_shim kernel module is not available: pages cannot move")]
+    NoShim,
+}
+
+/// The targets of one LLC domain on this machine: their sampler and counters (their perf
+/// events close when this is dropped) and the shim, which every domain shares.
+pub struct LinuxPlatform {
+    sampler: LinuxSampler,
+    counters: LinuxCounters,
+    shim: Option<Arc<Mutex<ShimClient>>>,
+}
+
+impl LinuxPlatform {
+    pub fn new(
+        plan: EventPlan,
+        counter_events: CounterEvents,
+        shim: Option<Arc<Mutex<ShimClient>>>,
+    ) -> Self {
+        LinuxPlatform {
+            sampler: LinuxSampler::new(plan),
+            counters: LinuxCounters::new(counter_events),
+            shim,
+        }
+    }
+
+    fn shim(&self) -> Result<std::sync::MutexGuard<'_, ShimClient>, LinuxPlatformError> {
+        let shim = self.shim.as_ref().ok_or(LinuxPlatformError::NoShim)?;
+        // A thread that panicked while holding the client left no half-done call behind
+        // (each ioctl is one call), so the client is taken over rather than the panic spread.
+        Ok(shim
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner))
+    }
+
+    /// Stop counting `pid` (its events close); a later read starts again.
+    pub fn forget(&mut self, pid: Pid) {
+        self.counters.forget(pid);
+    }
+}
+
+impl Sampler for LinuxPlatform {
+    type Error = LinuxPlatformError;
+    fn start(&mut self, pid: Pid, plan: &SamplingPlan) -> Result<(), Self::Error> {
+        Ok(self.sampler.start(pid, plan)?)
+    }
+    fn stop(&mut self, pid: Pid) -> Result<(), Self::Error> {
+        Ok(self.sampler.stop(pid)?)
+    }
+    fn drain(&mut self, pid: Pid, out: &mut Vec<MemSample>) -> Result<SampleLoss, Self::Error> {
+        Ok(self.sampler.drain(pid, out)?)
+    }
+}
+
+impl Counters for LinuxPlatform {
+    type Error = LinuxPlatformError;
+    fn read(&mut self, pid: Pid) -> Result<CounterDelta, Self::Error> {
+        Ok(self.counters.read(pid)?)
+    }
+}
+
+impl Remapper for LinuxPlatform {
+    type Error = LinuxPlatformError;
+    fn migrate(
+        &mut self,
+        pid: Pid,
+        pages: &[VirtPage],
+        to: Placement,
+    ) -> Result<Vec<PageResult>, Self::Error> {
+        Ok(self.shim()?.migrate(pid, pages, to)?)
+    }
+    fn query(&mut self, pid: Pid, pages: &[VirtPage]) -> Result<Vec<PageResult>, Self::Error> {
+        Ok(self.shim()?.query(pid, pages)?)
+    }
+}
+
+/// The CPUs of each LLC domain of the machine under `sys_root` (/sys), in order of their
+/// first CPU: from each online CPU's last-level cache's `shared_cpu_list`. A machine whose
+/// caches sysfs does not describe is one domain of every CPU listed.
+pub fn llc_domains(sys_root: &Path) -> Vec<Vec<u32>> {
+    let cpu_dir = sys_root.join("devices/system/cpu");
+    let cpus: Vec<u32> = std::fs::read_to_string(cpu_dir.join("online"))
+        .ok()
+        .and_then(|t| parse_cpu_list(&t))
+        .unwrap_or_default();
+    let mut domains: BTreeSet<Vec<u32>> = BTreeSet::new();
+    for &cpu in &cpus {
+        if let Some(shared) = last_level_shared_cpus(&cpu_dir.join(format!("cpu{cpu}/cache"))) {
+            domains.insert(shared);
+        }
+    }
+    let mut domains: Vec<Vec<u32>> = domains.into_iter().collect();
+    // A CPU no domain names (no cache info for it) joins the first.
+    let named: BTreeSet<u32> = domains.iter().flatten().copied().collect();
+    let loose: Vec<u32> = cpus
+        .iter()
+        .copied()
+        .filter(|c| !named.contains(c))
+        .collect();
+    if domains.is_empty() {
+        return vec![cpus];
+    }
+    domains[0].extend(loose);
+    domains.sort_by_key(|d| d.iter().min().copied());
+    domains
+}
+
+/// The CPUs sharing the highest-level data or unified cache of one CPU.
+fn last_level_shared_cpus(cache_dir: &Path) -> Option<Vec<u32>> {
+    let mut best: Option<(u32, Vec<u32>)> = None;
+    for entry in std::fs::read_dir(cache_dir).ok()?.flatten() {
+        let p = entry.path();
+        let read = |f: &str| std::fs::read_to_string(p.join(f)).ok();
+        if read("type").is_some_and(|t| t.trim() == "Instruction") {
+            continue;
+        }
+        let Some(level) = read("level").and_then(|l| l.trim().parse::<u32>().ok()) else {
+            continue;
+        };
+        let Some(shared) = read("shared_cpu_list").and_then(|t| parse_cpu_list(&t)) else {
+            continue;
+        };
+        if best.as_ref().is_none_or(|(l, _)| level > *l) {
+            best = Some((level, shared));
+        }
+    }
+    best.map(|(_, shared)| shared)
+}
+
+/// The LLC domain (an index into `domains`) a process runs in: the one that holds every
+/// CPU it may run on, else the one of the CPU it last ran on, else the first. A process
+/// pinned across domains shares no single LLC; it is counted where it was last seen.
+pub fn domain_of(domains: &[Vec<u32>], allowed: &[u32], last_cpu: Option<u32>) -> usize {
+    let holds_all = |d: &Vec<u32>| !allowed.is_empty() && allowed.iter().all(|c| d.contains(c));
+    domains
+        .iter()
+        .position(holds_all)
+        .or_else(|| last_cpu.and_then(|cpu| domains.iter().position(|d| d.contains(&cpu))))
+        .unwrap_or(0)
+}
+
+/// The CPUs a process may run on (`Cpus_allowed_list` of /proc/PID/status) and the CPU it
+/// last ran on (field 39 of /proc/PID/stat), when they can be read.
+pub fn process_cpus(proc_root: &Path, pid: Pid) -> (Vec<u32>, Option<u32>) {
+    let dir = proc_root.join(pid.to_string());
+    let allowed = std::fs::read_to_string(dir.join("status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+                .and_then(parse_cpu_list)
+        })
+        .unwrap_or_default();
+    let last = std::fs::read_to_string(dir.join("stat"))
+        .ok()
+        .and_then(|s| last_cpu_of_stat(&s));
+    (allowed, last)
+}
+
+/// Field 39 (`processor`) of a /proc/PID/stat line. The command name (field 2) is in
+/// parentheses and may hold spaces and parentheses: count from the last ')'.
+fn last_cpu_of_stat(stat: &str) -> Option<u32> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    // After the name come fields 3, 4, ...: field 39 is the 37th of them.
+    rest.split_whitespace().nth(36)?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cache(root: &Path, cpu: u32, index: u32, level: u32, kind: &str, shared: &str) {
+        let d = root.join(format!("devices/system/cpu/cpu{cpu}/cache/index{index}"));
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("level"), format!("{level}\n")).unwrap();
+        std::fs::write(d.join("type"), format!("{kind}\n")).unwrap();
+        std::fs::write(d.join("shared_cpu_list"), format!("{shared}\n")).unwrap();
+    }
+
+    #[test]
+    fn two_ccxs_are_two_domains() {
+        // A Zen 2-like part: 8 CPUs, each CCX of 4 CPUs (and their SMT siblings) shares an
+        // L3; the L1 and L2 are per core.
+        let root = tempfile::tempdir().unwrap();
+        let cpu = root.path().join("devices/system/cpu");
+        std::fs::create_dir_all(&cpu).unwrap();
+        std::fs::write(cpu.join("online"), "0-7\n").unwrap();
+        for c in 0..8u32 {
+            let core = format!("{}", c % 4);
+            cache(root.path(), c, 0, 1, "Data", &core);
+            cache(root.path(), c, 1, 1, "Instruction", &core);
+            cache(root.path(), c, 2, 2, "Unified", &core);
+            let ccx = if c < 4 { "0-3" } else { "4-7" };
+            cache(root.path(), c, 3, 3, "Unified", ccx);
+        }
+        let domains = llc_domains(root.path());
+        assert_eq!(domains, vec![vec![0, 1, 2, 3], vec![4, 5, 6, 7]]);
+        // Pinned inside the second CCX: there. Free to run anywhere: where it last ran.
+        assert_eq!(domain_of(&domains, &[5, 6], Some(1)), 1);
+        assert_eq!(domain_of(&domains, &[0, 1, 2, 3, 4, 5, 6, 7], Some(6)), 1);
+        assert_eq!(domain_of(&domains, &[0, 1, 2, 3, 4, 5, 6, 7], None), 0);
+    }
+
+    #[test]
+    fn a_machine_without_cache_info_is_one_domain() {
+        let root = tempfile::tempdir().unwrap();
+        let cpu = root.path().join("devices/system/cpu");
+        std::fs::create_dir_all(&cpu).unwrap();
+        std::fs::write(cpu.join("online"), "0-1\n").unwrap();
+        assert_eq!(llc_domains(root.path()), vec![vec![0, 1]]);
+    }
+
+    #[test]
+    fn this_machines_domains_cover_its_cpus_and_this_process_is_in_one() {
+        let domains = llc_domains(Path::new("/sys"));
+        assert!(!domains.is_empty());
+        let (allowed, last) = process_cpus(Path::new("/proc"), std::process::id());
+        assert!(!allowed.is_empty(), "Cpus_allowed_list read");
+        let cpu = last.expect("the processor field of /proc/self/stat");
+        assert!(
+            domains.iter().any(|d| d.contains(&cpu)),
+            "{cpu} in {domains:?}"
+        );
+    }
+
+    #[test]
+    fn the_last_cpu_is_read_past_a_name_with_spaces_and_parentheses() {
+        let mut fields: Vec<String> = (3..=52).map(|i| i.to_string()).collect();
+        fields[39 - 3] = "7".into();
+        let stat = format!("1234 (a (b) c) {}", fields.join(" "));
+        assert_eq!(last_cpu_of_stat(&stat), Some(7));
+    }
+}
