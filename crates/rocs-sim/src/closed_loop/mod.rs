@@ -1,0 +1,386 @@
+//! The closed loop: rocs's controller driving the simulated machine, and the two runs it is
+//! judged against.
+//!
+//! - `baseline`: the workload alone, no controller.
+//! - `rocs`: the controller online, one per process, windows of `window_cycles`. Its actions
+//!   go to the machine through the platform traits and the results come back as
+//!   observations; the run pays for sampling, migrations and the windows spent searching.
+//! - `oracle`: the paper's "Best Offline". It takes the stacks the rocs run profiled, at the
+//!   same points of the program (measured in retired instructions), and runs the workload
+//!   once per candidate `k` with the top `k` pages confined from that point on, keeping the
+//!   best. With several profiles (phases) it chooses each profile's `k` in turn, holding the
+//!   earlier ones at their best. It pays for migrations but not for sampling or searching.
+//!
+//! Everything is deterministic for a seed.
+
+mod evaluation;
+mod oracle;
+mod render;
+
+use std::collections::BTreeSet;
+use std::time::Instant;
+
+use rocs_core::{
+    Controller, CounterDelta, Driver, DriverError, Engine, EventKind, KnobError, Knobs, Outcome,
+    Pid, State, VirtPage,
+};
+
+pub use evaluation::{evaluate, EvalMode, EvalRow, Evaluation, TargetCheck};
+pub use oracle::{run_oracle, run_with_placements};
+use serde::Serialize;
+use thiserror::Error;
+
+use crate::{Machine, RunStats, SimError};
+
+/// Why a closed-loop run failed.
+#[derive(Debug, Error)]
+pub enum LoopError {
+    #[error(transparent)]
+    Sim(#[from] SimError),
+    #[error("controller knobs: {0}")]
+    Knobs(#[from] KnobError),
+    #[error("the simulated machine: {0}")]
+    Platform(DriverError),
+    #[error("the workload ran no instructions: nothing to compare")]
+    Empty,
+}
+
+/// How the closed loop runs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LoopConfig {
+    /// Controller windows per baseline run: the window is the baseline's cycles divided by
+    /// this (ROCS used 1e9-cycle windows on runs of 1e11 cycles and more).
+    pub windows_per_run: u64,
+    /// The controller's knobs (the search mode among them).
+    pub knobs: Knobs,
+    /// Oracle: evenly spaced candidates per profile, besides k = 0, region boundaries,
+    /// rocs's own choice and the refinement around the best.
+    pub oracle_grid: usize,
+}
+
+impl LoopConfig {
+    /// The controller window for a workload whose baseline run is `baseline`.
+    pub fn window_for(&self, baseline: &BaselineRun) -> u64 {
+        (baseline.stats.cycles / self.windows_per_run.max(1)).max(10_000)
+    }
+}
+
+impl Default for LoopConfig {
+    fn default() -> Self {
+        LoopConfig {
+            windows_per_run: 200,
+            knobs: sim_knobs(),
+            oracle_grid: 16,
+        }
+    }
+}
+
+/// The knobs the simulated evaluation uses: the defaults, except that profiling may use
+/// a quarter of the core while it lasts (ROCS profiled at one sample per 5K cycles, paying
+/// 15-65%, for short periods; on the 970FX model a sample costs 1500 cycles), and the
+/// profile takes 3 to 10 windows.
+pub fn sim_knobs() -> Knobs {
+    Knobs {
+        sample_period: 100,
+        sample_cpu_budget: 0.25,
+        profile_windows: 3,
+        profile_max_windows: 10,
+        ..Knobs::default()
+    }
+}
+
+/// One profile the controller took, and what its search chose.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ProfilePoint {
+    pub pid: Pid,
+    /// The process's retired instructions when the profile ended.
+    pub instructions: u64,
+    /// Pages with samples.
+    pub pages_profiled: usize,
+    /// The stack, top first.
+    #[serde(skip)]
+    pub stack: Vec<VirtPage>,
+    pub stack_pages: usize,
+    /// Stack positions where the miss rate changes.
+    #[serde(skip)]
+    pub boundaries: Vec<usize>,
+    /// The `k` the search chose (None if the run ended first, or dry run).
+    pub chosen_k: Option<usize>,
+    /// Windows the search took.
+    pub search_windows: Option<u64>,
+    /// The search's measured windows: (k, what it recorded: the IPC, or the LLC group's
+    /// score when the processes' controllers took turns), in order.
+    pub steps: Vec<(usize, f64)>,
+}
+
+/// What the rocs run did, besides its counts.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct RocsRun {
+    /// The run's counts (reported with the other modes' counts, not here).
+    #[serde(skip)]
+    pub stats: RunStats,
+    #[serde(skip)]
+    pub wall_seconds: f64,
+    pub search: String,
+    pub window_cycles: u64,
+    /// Distinct pages sampled, over all profiles.
+    pub pages_profiled: usize,
+    /// Pages in the pollute buffer at the end.
+    pub pages_confined: usize,
+    pub search_windows: u64,
+    /// Pages moved (either way).
+    pub migrations: u64,
+    pub migrations_failed: u64,
+    /// Cycles the target paid for sampling and migrating.
+    pub overhead_cycles: u64,
+    pub profiles: u64,
+    pub phase_changes: u64,
+    /// Phase changes whose new phase missed enough to be profiled.
+    pub phase_changes_profiled: u64,
+    pub samples: u64,
+    pub samples_lost: u64,
+    pub profile_points: Vec<ProfilePoint>,
+    /// The controllers' states at the end, by pid.
+    pub final_states: Vec<(Pid, State)>,
+}
+
+/// What the oracle found.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct OracleRun {
+    /// The best run's counts (reported with the other modes' counts, not here).
+    #[serde(skip)]
+    pub stats: RunStats,
+    #[serde(skip)]
+    pub wall_seconds: f64,
+    /// Memory references simulated over every candidate run (what the wall time bought).
+    #[serde(skip)]
+    pub simulated_accesses: u64,
+    /// The best `k` of the first profile (the paper's single number).
+    pub k: usize,
+    /// The best `k` of every profile, in order.
+    pub ks: Vec<usize>,
+    /// Every candidate tried: (profile index, k, cycles).
+    pub candidates: Vec<(usize, usize, u64)>,
+}
+
+/// A machine built afresh for every run.
+pub type MachineFactory<'a> = dyn Fn() -> Result<Machine, SimError> + 'a;
+
+/// The workload alone.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct BaselineRun {
+    pub stats: RunStats,
+    pub wall_seconds: f64,
+}
+
+/// Run the workload alone.
+pub fn run_baseline(make: &MachineFactory<'_>) -> Result<BaselineRun, LoopError> {
+    let start = Instant::now();
+    let mut m = make()?;
+    m.run_to_end()?;
+    let stats = m.totals();
+    if stats.instructions == 0 {
+        return Err(LoopError::Empty);
+    }
+    Ok(BaselineRun {
+        stats,
+        wall_seconds: start.elapsed().as_secs_f64(),
+    })
+}
+
+pub(crate) fn instructions_of(m: &Machine, pid: Pid) -> u64 {
+    m.totals()
+        .processes
+        .iter()
+        .find(|p| p.pid == pid)
+        .map_or(0, |p| p.instructions)
+}
+
+/// Run the workload with a controller per process, windows of `window_cycles`. Every
+/// process of the machine shares its LLC: one engine owns their controllers, and the
+/// driver runs its windows on the machine, as rocsd does.
+pub fn run_rocs(
+    make: &MachineFactory<'_>,
+    knobs: &Knobs,
+    window_cycles: u64,
+) -> Result<RocsRun, LoopError> {
+    let start = Instant::now();
+    let mut m = make()?;
+    let colours = m.llc_geometry().colours();
+    let mut engine = Engine::new();
+    for pid in m.pids() {
+        let ctrl = Controller::new(pid, knobs.clone(), m.page_shift(), colours)?;
+        if engine.is_empty() {
+            m.set_pollute_colours(ctrl.pollute_colours())?;
+        }
+        engine.attach(ctrl);
+    }
+    let mut driver = Driver::new();
+    let mut points: Vec<ProfilePoint> = Vec::new();
+    let mut profiled: BTreeSet<(Pid, VirtPage)> = BTreeSet::new();
+    let mut outcomes = Vec::new();
+    loop {
+        let more = m.run_for_checked(window_cycles)?;
+        // A process that ran nothing once the machine has finished is gone.
+        let exited = |_: Pid, d: &CounterDelta| !more && d.instructions == 0;
+        driver.end_window(&mut engine, &mut m, &exited, &mut outcomes);
+        for outcome in outcomes.drain(..) {
+            let (pid, event) = match outcome {
+                Outcome::Event { pid, event } => (pid, event),
+                Outcome::Failed { error, .. } => return Err(LoopError::Platform(error)),
+            };
+            let c = engine
+                .controller(pid)
+                .expect("the engine keeps exited controllers");
+            note_event(&mut points, &mut profiled, &m, c, &event.kind);
+        }
+        if !more {
+            break;
+        }
+    }
+    let t = m.totals();
+    let mut run = RocsRun {
+        search: knobs.search.to_string(),
+        window_cycles,
+        overhead_cycles: t.sampling_overhead_cycles + t.migration_overhead_cycles,
+        stats: t,
+        wall_seconds: start.elapsed().as_secs_f64(),
+        pages_profiled: profiled.len(),
+        profile_points: points,
+        ..RocsRun::default()
+    };
+    for c in engine.controllers() {
+        let s = c.stats();
+        run.pages_confined += c.confined().len();
+        run.search_windows += s.search_windows;
+        run.migrations += s.pages_migrated;
+        run.migrations_failed += s.migrations_failed;
+        run.profiles += s.profiles;
+        run.phase_changes += s.phase_changes;
+        run.phase_changes_profiled += s.phase_changes_profiled;
+        run.samples += s.samples;
+        run.samples_lost += s.samples_lost;
+        run.final_states.push((c.pid(), c.state()));
+    }
+    Ok(run)
+}
+
+/// What the oracle needs of the rocs run's events: each profile's stack, where in the
+/// program it was taken, and what its search measured and chose.
+fn note_event(
+    points: &mut Vec<ProfilePoint>,
+    profiled: &mut BTreeSet<(Pid, VirtPage)>,
+    m: &Machine,
+    c: &Controller,
+    e: &EventKind,
+) {
+    match e {
+        EventKind::Profiled { .. } => {
+            let stack: Vec<VirtPage> = c.stack().top(usize::MAX).collect();
+            let boundaries = c.stack().boundaries();
+            profiled.extend(c.profile().iter().map(|(p, _)| (c.pid(), p)));
+            points.push(ProfilePoint {
+                pid: c.pid(),
+                instructions: instructions_of(m, c.pid()),
+                pages_profiled: c.profile().len(),
+                stack_pages: stack.len(),
+                stack,
+                boundaries,
+                chosen_k: None,
+                search_windows: None,
+                steps: Vec::new(),
+            });
+        }
+        EventKind::SearchStep {
+            k,
+            ipc,
+            group_score,
+            ..
+        } => {
+            if let Some(p) = points.iter_mut().rev().find(|p| p.pid == c.pid()) {
+                p.steps.push((*k, group_score.unwrap_or(*ipc)));
+            }
+        }
+        EventKind::SearchDone { k, windows, .. } => {
+            if let Some(p) = points.iter_mut().rev().find(|p| p.pid == c.pid()) {
+                p.chosen_k = Some(*k);
+                p.search_windows = Some(*windows);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Baseline, rocs and oracle of one workload, and how they compare.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Comparison {
+    pub baseline: BaselineRun,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rocs: Option<RocsRun>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub oracle: Option<OracleRun>,
+    /// baseline cycles / rocs cycles.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub speedup: Option<f64>,
+    /// baseline cycles / oracle cycles.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub oracle_speedup: Option<f64>,
+    /// oracle cycles / rocs cycles.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fraction_of_oracle: Option<f64>,
+}
+
+/// Which runs to make.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Modes {
+    pub rocs: bool,
+    pub oracle: bool,
+}
+
+/// Run baseline (always: it sets the window), then rocs and the oracle as asked. The
+/// oracle needs a rocs run for its profiles, so asking for it runs rocs too.
+pub fn compare(
+    make: &MachineFactory<'_>,
+    cfg: &LoopConfig,
+    modes: Modes,
+    progress: &mut dyn FnMut(&str),
+) -> Result<Comparison, LoopError> {
+    progress("baseline");
+    let baseline = run_baseline(make)?;
+    let window = cfg.window_for(&baseline);
+    let mut out = Comparison {
+        baseline,
+        rocs: None,
+        oracle: None,
+        speedup: None,
+        oracle_speedup: None,
+        fraction_of_oracle: None,
+    };
+    if modes.rocs || modes.oracle {
+        progress(&format!("rocs ({} search)", cfg.knobs.search));
+        let rocs = run_rocs(make, &cfg.knobs, window)?;
+        out.speedup = Some(ratio(out.baseline.stats.cycles, rocs.stats.cycles));
+        if modes.oracle {
+            let colours = make()?.llc_geometry().colours();
+            let pollute = cfg.knobs.pollute_colours.resolve(colours)?;
+            let oracle = run_oracle(make, &rocs, cfg.oracle_grid, &pollute, progress)?;
+            out.oracle_speedup = Some(ratio(out.baseline.stats.cycles, oracle.stats.cycles));
+            out.fraction_of_oracle = Some(ratio(oracle.stats.cycles, rocs.stats.cycles));
+            out.oracle = Some(oracle);
+        }
+        if modes.rocs {
+            out.rocs = Some(rocs);
+        } else {
+            out.speedup = None;
+        }
+    }
+    Ok(out)
+}
+
+fn ratio(a: u64, b: u64) -> f64 {
+    if b == 0 {
+        0.0
+    } else {
+        a as f64 / b as f64
+    }
+}

@@ -1,0 +1,260 @@
+//! Replayed traces: a program's memory references (valgrind lackey's format) as one
+//! process, its pages given frames on first touch (or mapped one to one, to compare with
+//! cachegrind).
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+
+use super::hierarchy::{data_ref, instr_ref, Served, Timing};
+use super::{ProcState, FP};
+use crate::cache::Cache;
+use crate::error::SimError;
+use crate::frames::FrameAllocator;
+use crate::profile::MachineProfile;
+use crate::trace::{LackeyReader, TraceKind};
+
+/// Where a trace comes from.
+pub enum TraceInput {
+    /// A file, reopened for each repetition.
+    File(PathBuf),
+    /// Standard input (one pass only).
+    Stdin,
+    /// Any reader (one pass only).
+    Reader(Box<dyn BufRead + Send>),
+}
+
+/// A trace replayed as one process.
+pub struct TraceSpec {
+    pub input: TraceInput,
+    /// Only valgrind lackey's format exists for now.
+    pub format: TraceFormat,
+    /// Replay the trace this many times (a file only).
+    pub repeat: u32,
+    /// Use virtual addresses as physical ones (to compare with cachegrind, which indexes
+    /// by virtual address); otherwise pages get frames from the allocator on first touch.
+    pub identity_map: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TraceFormat {
+    Lackey,
+}
+
+pub(super) enum PageMap {
+    Identity,
+    Table {
+        pages: HashMap<u64, u32>,
+        last: Option<(u64, u32)>,
+    },
+}
+
+pub(super) struct TraceProc {
+    pub(super) reader: LackeyReader<Box<dyn BufRead + Send>>,
+    pub(super) path: Option<PathBuf>,
+    pub(super) repeats_left: u32,
+    pub(super) map: PageMap,
+    /// Sizes are clamped to the smallest line, as cachegrind does, so that an access never
+    /// spans more than two lines.
+    pub(super) max_size: u64,
+    pub(super) error: Option<SimError>,
+}
+
+impl TraceProc {
+    /// The process that replays `trace` on a machine of `profile`, and its name.
+    pub(super) fn open(
+        profile: &MachineProfile,
+        trace: TraceSpec,
+    ) -> Result<(TraceProc, String), SimError> {
+        let TraceFormat::Lackey = trace.format;
+        if trace.repeat == 0 {
+            return Err(SimError::Unsupported("repeat must be at least 1".into()));
+        }
+        let (reader, path, name): (Box<dyn BufRead + Send>, Option<PathBuf>, String) =
+            match trace.input {
+                TraceInput::File(p) => (open_trace(&p)?, Some(p.clone()), p.display().to_string()),
+                TraceInput::Stdin => (
+                    Box::new(BufReader::with_capacity(1 << 20, std::io::stdin())),
+                    None,
+                    "-".into(),
+                ),
+                TraceInput::Reader(r) => (r, None, "trace".into()),
+            };
+        if trace.repeat > 1 && path.is_none() {
+            return Err(SimError::Unsupported(
+                "repeat > 1 needs a trace file (standard input can be read once)".into(),
+            ));
+        }
+        // Sizes are clamped to the smallest line, as cachegrind does.
+        let max_size = [
+            Some(&profile.l1d),
+            profile.l1i.as_ref(),
+            profile.l2.as_ref(),
+            Some(&profile.llc),
+        ]
+        .into_iter()
+        .flatten()
+        .map(|l| l.line.0)
+        .min()
+        .unwrap_or(64);
+        let map = if trace.identity_map {
+            PageMap::Identity
+        } else {
+            PageMap::Table {
+                pages: HashMap::new(),
+                last: None,
+            }
+        };
+        let proc = TraceProc {
+            reader: LackeyReader::new(reader),
+            path,
+            repeats_left: trace.repeat,
+            map,
+            max_size,
+            error: None,
+        };
+        Ok((proc, name))
+    }
+
+    #[inline]
+    pub(super) fn translate(
+        &mut self,
+        frames: &mut FrameAllocator,
+        vaddr: u64,
+        page_shift: u32,
+    ) -> Result<u64, SimError> {
+        let PageMap::Table { pages, last } = &mut self.map else {
+            return Ok(vaddr);
+        };
+        let vpn = vaddr >> page_shift;
+        let off = vaddr & ((1 << page_shift) - 1);
+        if let Some((lv, lp)) = *last {
+            if lv == vpn {
+                return Ok(((lp as u64) << page_shift) | off);
+            }
+        }
+        let pfn = match pages.get(&vpn) {
+            Some(&p) => p,
+            None => {
+                let p = frames.alloc_any().ok_or_else(|| {
+                    SimError::OutOfFrames(format!("trace touched {} pages", pages.len()))
+                })?;
+                pages.insert(vpn, p);
+                p
+            }
+        };
+        *last = Some((vpn, pfn));
+        Ok(((pfn as u64) << page_shift) | off)
+    }
+
+    pub(super) fn run(
+        &mut self,
+        st: &mut ProcState,
+        llc: &mut Cache,
+        frames: &mut FrameAllocator,
+        t: &Timing,
+        page_shift: u32,
+        limit_fp: u64,
+    ) {
+        if let Err(e) = self.run_inner(st, llc, frames, t, page_shift, limit_fp) {
+            self.error = Some(e);
+            st.finished = true;
+        }
+    }
+
+    pub(super) fn run_inner(
+        &mut self,
+        st: &mut ProcState,
+        llc: &mut Cache,
+        frames: &mut FrameAllocator,
+        t: &Timing,
+        page_shift: u32,
+        limit_fp: u64,
+    ) -> Result<(), SimError> {
+        let page_size = 1u64 << page_shift;
+        while st.clock_fp < limit_fp {
+            let Some(ev) = self.reader.next_event()? else {
+                if self.repeats_left > 1 {
+                    let path = self
+                        .path
+                        .clone()
+                        .ok_or_else(|| SimError::Unsupported("repeat needs a trace file".into()))?;
+                    self.reader = LackeyReader::new(open_trace(&path)?);
+                    self.repeats_left -= 1;
+                    continue;
+                }
+                st.finished = true;
+                return Ok(());
+            };
+            let size = ev.size.min(self.max_size);
+            let paddr = self.translate(frames, ev.addr, page_shift)?;
+            // An access crossing into another page touches two frames: reference the two
+            // parts separately, as one access (a miss if either part misses).
+            let split = !matches!(self.map, PageMap::Identity)
+                && (ev.addr & (page_size - 1)) + size > page_size;
+            let latency = if ev.kind == TraceKind::Instr {
+                st.instr_fp += FP;
+                st.clock_fp += t.base_per_instr;
+
+                if split {
+                    let first = page_size - (ev.addr & (page_size - 1));
+                    let p2 = self.translate(frames, ev.addr.wrapping_add(first), page_shift)?;
+                    let a = instr_ref(&mut st.core, llc, &mut st.c, ev.addr, paddr, first);
+                    let b = instr_ref(
+                        &mut st.core,
+                        llc,
+                        &mut st.c,
+                        ev.addr + first,
+                        p2,
+                        size - first,
+                    );
+                    st.c.accesses -= 1;
+                    a.max(b)
+                } else {
+                    instr_ref(&mut st.core, llc, &mut st.c, ev.addr, paddr, size)
+                }
+            } else {
+                st.c.accesses += 1;
+                let served = if split {
+                    let first = page_size - (ev.addr & (page_size - 1));
+                    let p2 = self.translate(frames, ev.addr.wrapping_add(first), page_shift)?;
+                    let a = data_ref(&mut st.core, llc, &mut st.c, ev.addr, paddr, first);
+                    let b = data_ref(
+                        &mut st.core,
+                        llc,
+                        &mut st.c,
+                        ev.addr + first,
+                        p2,
+                        size - first,
+                    );
+                    st.c.l1d_accesses -= 1;
+                    a.max(b)
+                } else {
+                    data_ref(&mut st.core, llc, &mut st.c, ev.addr, paddr, size)
+                };
+                if served >= Served::Llc && ev.kind != TraceKind::Store && st.pmu.enabled {
+                    let w = if served == Served::Mem { t.mem } else { t.llc };
+                    let pa = (!matches!(self.map, PageMap::Identity)).then_some(paddr);
+                    st.pmu_event(t, ev.addr, pa, served, w);
+                }
+                served
+            };
+            st.clock_fp += match latency {
+                Served::L1 => t.l1,
+                Served::L2 => t.l2,
+                Served::Llc => t.llc,
+                Served::Mem => t.mem,
+            };
+        }
+        Ok(())
+    }
+}
+
+pub(super) fn open_trace(path: &PathBuf) -> Result<Box<dyn BufRead + Send>, SimError> {
+    let f = File::open(path).map_err(|reason| SimError::Io {
+        path: path.clone(),
+        reason,
+    })?;
+    Ok(Box::new(BufReader::with_capacity(1 << 20, f)))
+}
