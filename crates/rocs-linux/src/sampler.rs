@@ -14,7 +14,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::time::{Duration, Instant};
 
 use perf_event::Counter;
-use rocs_core::{MemSample, Pid, SampleLoss, Sampler, SamplingPlan};
+use rocs_core::{next_period, MemSample, Pid, SampleLoss, Sampler, SamplingPlan};
 use serde::Serialize;
 use thiserror::Error;
 
@@ -209,13 +209,7 @@ impl LinuxSampler {
                 + s.window_user.as_secs_f64();
             let share = cost / elapsed.as_secs_f64();
             let period = s.stats.period;
-            let new_period = if share > s.budget {
-                ((period as f64 * share / s.budget * 1.25).ceil() as u64).max(period + 1)
-            } else if share < s.budget / 4.0 && period > s.requested_period {
-                (period / 2).max(s.requested_period)
-            } else {
-                period
-            };
+            let new_period = next_period(period, s.requested_period, share, s.budget);
             if new_period != period {
                 for &fd in &s.sampling_fds {
                     // A thread that just exited may have closed under us; the others

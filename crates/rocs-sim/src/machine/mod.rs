@@ -140,6 +140,7 @@ impl Machine {
             pmu: Pmu {
                 enabled: false,
                 period: 1,
+                requested: 1,
                 countdown: 1,
                 budget: 0.0,
                 samples: Vec::new(),

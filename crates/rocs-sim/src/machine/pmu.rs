@@ -3,7 +3,8 @@
 //! the period, and the counting events.
 
 use rocs_core::{
-    CounterDelta, Counters, DataSource, MemSample, Pid, SampleLoss, Sampler, SamplingPlan,
+    next_period, CounterDelta, Counters, DataSource, MemSample, Pid, SampleLoss, Sampler,
+    SamplingPlan,
 };
 
 use super::hierarchy::{Served, Timing};
@@ -17,6 +18,8 @@ const BUDGET_WINDOW: u64 = 10_000_000;
 pub(super) struct Pmu {
     pub(super) enabled: bool,
     pub(super) period: u64,
+    /// The period the plan asked for: the budget never lowers the period below it.
+    pub(super) requested: u64,
     pub(super) countdown: u64,
     pub(super) budget: f64,
     pub(super) samples: Vec<MemSample>,
@@ -82,7 +85,9 @@ pub(super) fn jittered(period: u64, jitter: f64, rng: &mut Rng) -> u64 {
     ((period as f64 * f).round() as u64).max(1)
 }
 
-/// Raise the sampling period when sampling costs more than its CPU budget.
+/// Move the sampling period so that sampling costs about its CPU budget, by the rule the
+/// real sampler follows (rocs_core::next_period): raised when over, lowered again when well
+/// under. A raise counts as throttling (the samples it costs are not taken).
 pub(super) fn enforce_budget(st: &mut ProcState) {
     let pmu = &mut st.pmu;
     if !pmu.enabled || pmu.budget <= 0.0 {
@@ -93,11 +98,12 @@ pub(super) fn enforce_budget(st: &mut ProcState) {
         return;
     }
     let share = pmu.window_overhead as f64 / span as f64;
-    if share > pmu.budget {
-        pmu.period = ((pmu.period as f64 * share / pmu.budget).ceil() as u64).max(pmu.period + 1);
-        pmu.countdown = pmu.countdown.min(pmu.period);
+    let period = next_period(pmu.period, pmu.requested, share, pmu.budget);
+    if period > pmu.period {
         pmu.throttled += 1;
     }
+    pmu.period = period;
+    pmu.countdown = pmu.countdown.min(period);
     pmu.window_start_fp = st.clock_fp;
     pmu.window_overhead = 0;
 }
@@ -115,6 +121,7 @@ impl Sampler for Machine {
         let st = &mut self.procs[i].st;
         st.pmu.enabled = true;
         st.pmu.period = plan.period;
+        st.pmu.requested = plan.period;
         st.pmu.budget = plan.cpu_budget;
         st.pmu.countdown = jittered(plan.period, self.timing.jitter, &mut st.rng);
         st.pmu.window_start_fp = st.clock_fp;
