@@ -273,7 +273,7 @@ impl AdaptiveSearch {
         // Each stage either asks for a window or moves on; bounded because every stage
         // change advances the coarse pass, narrows the bracket, or ends the search.
         loop {
-            match self.stage.clone() {
+            let flow = match self.stage.clone() {
                 Stage::Recall { k, accept_above } => {
                     if m.count(k) == 0 {
                         return Next::Measure(k);
@@ -282,148 +282,160 @@ impl AdaptiveSearch {
                         return Next::Done(k);
                     }
                     // The phase is not what it was: search it afresh (this window counts).
-                    self.stage = Stage::Baseline;
+                    Flow::Go(Stage::Baseline)
                 }
                 Stage::Baseline => {
                     if m.count(0) < 2 {
                         return Next::Measure(0);
                     }
-                    self.stage = Stage::Coarse { i: 0 };
+                    Flow::Go(Stage::Coarse { i: 0 })
                 }
-                Stage::Coarse { i } => {
-                    let k = self.coarse[i];
-                    if m.count(k) == 0 {
-                        return Next::Measure(k);
-                    }
-                    let (best, best_ipc) = m.best().expect("k = 0 was measured");
-                    let ipc = m.mean(k).expect("measured");
-                    let past_peak = best != k && ipc < best_ipc - self.margin(m, k, best);
-                    if past_peak && self.judged_by_group && self.max_repeats >= 2 {
-                        if let Some(again) = [k, best].into_iter().find(|&x| m.count(x) < 2) {
-                            return Next::Measure(again);
-                        }
-                    }
-                    // Below k = 0 and still falling: however noisy the windows, nothing
-                    // so far hints at a gain further on, and each larger probe moves more
-                    // pages (on a machine where confining also squeezes a physically
-                    // indexed L2, the probes cost more than any gain could repay). A search
-                    // judged by an LLC group too: where the others gain, their gain shows as
-                    // soon as part of the polluter is confined (noisy-neighbour on ppc970fx
-                    // rises from the first coarse point); where they cannot, the probes
-                    // only move pages (on xeon-like, 0.927 -> 0.980).
-                    let falling = i > 0
-                        && ipc < m.mean(0).expect("measured")
-                        && ipc < m.mean(self.coarse[i - 1]).expect("measured");
-                    if past_peak || falling || i + 1 == self.coarse.len() {
-                        // Nothing in the coarse pass beats k = 0 beyond noise: refining
-                        // would only spend windows at worse placements. Confirm instead.
-                        let base = m.mean(0).expect("measured");
-                        // Judged by a group, the gain is the other tenants': it comes when
-                        // a polluter is (almost) wholly confined, and measuring placements
-                        // between coarse points costs more than it can find.
-                        if best == 0
-                            || best_ipc - base <= self.margin(m, best, 0)
-                            || self.judged_by_group
-                        {
-                            self.stage = Stage::Confirm;
-                            continue;
-                        }
-                        // Bracket the best point by its measured neighbours.
-                        let ks: Vec<usize> = m.iter().map(|(k, _, _)| k).collect();
-                        let j = ks
-                            .iter()
-                            .position(|&x| x == best)
-                            .expect("best is measured");
-                        let a = if j == 0 { 0 } else { ks[j - 1] };
-                        let b = ks.get(j + 1).copied().unwrap_or(self.n);
-                        self.stage = Stage::Refine {
-                            a,
-                            x: best,
-                            b,
-                            misses: 0,
-                        };
-                    } else {
-                        self.stage = Stage::Coarse { i: i + 1 };
-                    }
-                }
-                Stage::Refine { a, x, b, misses } => {
-                    if b - a <= self.tolerance || (self.by_regions && misses >= 2) {
-                        self.stage = Stage::Confirm;
-                        continue;
-                    }
-                    // Flat top: both ends measured and within noise of the middle.
-                    let flat = [a, b].iter().all(|&e| {
-                        e == x
-                            || m.mean(e).is_some_and(|f| {
-                                (f - m.mean(x).unwrap_or(f)).abs() < self.margin(m, e, x)
-                            })
-                    });
-                    if flat && m.count(a) > 0 && m.count(b) > 0 {
-                        self.stage = Stage::Confirm;
-                        continue;
-                    }
-                    let (lo, hi) = if x - a >= b - x { (a, x) } else { (x, b) };
-                    let raw = if lo == a {
-                        x - ((x - a) as f64 * GOLDEN).round() as usize
-                    } else {
-                        x + ((b - x) as f64 * GOLDEN).round() as usize
-                    };
-                    let u = self.snap(raw, lo, hi);
-                    if u == a || u == b || u == x {
-                        self.stage = Stage::Confirm;
-                        continue;
-                    }
-                    if m.count(u) == 0 {
-                        return Next::Measure(u);
-                    }
-                    // While refining, one repeat settles the direction well enough: both
-                    // sides are within noise of each other anyway.
-                    if let Some(k) = self.repeat_if_close(m, u, x, 2) {
-                        return Next::Measure(k);
-                    }
-                    let (fu, fx) = (m.mean(u).expect("measured"), m.mean(x).expect("measured"));
-                    let misses = if fu > fx { 0 } else { misses + 1 };
-                    self.stage = match (fu > fx, u > x) {
-                        (true, true) => Stage::Refine {
-                            a: x,
-                            x: u,
-                            b,
-                            misses,
-                        },
-                        (true, false) => Stage::Refine {
-                            a,
-                            x: u,
-                            b: x,
-                            misses,
-                        },
-                        (false, true) => Stage::Refine { a, x, b: u, misses },
-                        (false, false) => Stage::Refine { a: u, x, b, misses },
-                    };
-                }
-                Stage::Confirm => {
-                    let (best, best_ipc) = m.best().expect("k = 0 was measured");
-                    if best == 0 {
-                        return Next::Done(0);
-                    }
-                    let base = m.mean(0).expect("measured");
-                    if best_ipc - base > self.margin(m, best, 0) {
-                        // The winner of many noisy windows is flattered by noise; measure
-                        // it once more before trusting it, then decide.
-                        if m.count(best) < 2 && self.max_repeats >= 2 {
-                            return Next::Measure(best);
-                        }
-                        return Next::Done(best);
-                    }
-                    let k = if m.count(best) <= m.count(0) { best } else { 0 };
-                    if m.count(k) < self.max_repeats {
-                        return Next::Measure(k);
-                    }
-                    // Never worse than not running: a gain within noise is no gain.
-                    return Next::Done(0);
-                }
+                Stage::Coarse { i } => self.coarse(m, i),
+                Stage::Refine { a, x, b, misses } => self.refine(m, a, x, b, misses),
+                Stage::Confirm => return self.confirm(m),
+            };
+            match flow {
+                Flow::Ask(next) => return next,
+                Flow::Go(stage) => self.stage = stage,
             }
         }
     }
+
+    /// The coarse pass at its `i`-th point.
+    fn coarse(&self, m: &Measurements, i: usize) -> Flow {
+        let k = self.coarse[i];
+        if m.count(k) == 0 {
+            return Flow::Ask(Next::Measure(k));
+        }
+        let (best, best_ipc) = m.best().expect("k = 0 was measured");
+        let ipc = m.mean(k).expect("measured");
+        let past_peak = best != k && ipc < best_ipc - self.margin(m, k, best);
+        if past_peak && self.judged_by_group && self.max_repeats >= 2 {
+            if let Some(again) = [k, best].into_iter().find(|&x| m.count(x) < 2) {
+                return Flow::Ask(Next::Measure(again));
+            }
+        }
+        // Below k = 0 and still falling: however noisy the windows, nothing
+        // so far hints at a gain further on, and each larger probe moves more
+        // pages (on a machine where confining also squeezes a physically
+        // indexed L2, the probes cost more than any gain could repay). A search
+        // judged by an LLC group too: where the others gain, their gain shows as
+        // soon as part of the polluter is confined (noisy-neighbour on ppc970fx
+        // rises from the first coarse point); where they cannot, the probes
+        // only move pages (on xeon-like, 0.927 -> 0.980).
+        let falling = i > 0
+            && ipc < m.mean(0).expect("measured")
+            && ipc < m.mean(self.coarse[i - 1]).expect("measured");
+        if past_peak || falling || i + 1 == self.coarse.len() {
+            // Nothing in the coarse pass beats k = 0 beyond noise: refining
+            // would only spend windows at worse placements. Confirm instead.
+            let base = m.mean(0).expect("measured");
+            // Judged by a group, the gain is the other tenants': it comes when
+            // a polluter is (almost) wholly confined, and measuring placements
+            // between coarse points costs more than it can find.
+            if best == 0 || best_ipc - base <= self.margin(m, best, 0) || self.judged_by_group {
+                return Flow::Go(Stage::Confirm);
+            }
+            // Bracket the best point by its measured neighbours.
+            let ks: Vec<usize> = m.iter().map(|(k, _, _)| k).collect();
+            let j = ks
+                .iter()
+                .position(|&x| x == best)
+                .expect("best is measured");
+            let a = if j == 0 { 0 } else { ks[j - 1] };
+            let b = ks.get(j + 1).copied().unwrap_or(self.n);
+            Flow::Go(Stage::Refine {
+                a,
+                x: best,
+                b,
+                misses: 0,
+            })
+        } else {
+            Flow::Go(Stage::Coarse { i: i + 1 })
+        }
+    }
+
+    /// Golden-section refinement of the bracket (a, b) around the best point `x`.
+    fn refine(&self, m: &Measurements, a: usize, x: usize, b: usize, misses: u8) -> Flow {
+        if b - a <= self.tolerance || (self.by_regions && misses >= 2) {
+            return Flow::Go(Stage::Confirm);
+        }
+        // Flat top: both ends measured and within noise of the middle.
+        let flat = [a, b].iter().all(|&e| {
+            e == x
+                || m.mean(e)
+                    .is_some_and(|f| (f - m.mean(x).unwrap_or(f)).abs() < self.margin(m, e, x))
+        });
+        if flat && m.count(a) > 0 && m.count(b) > 0 {
+            return Flow::Go(Stage::Confirm);
+        }
+        let (lo, hi) = if x - a >= b - x { (a, x) } else { (x, b) };
+        let raw = if lo == a {
+            x - ((x - a) as f64 * GOLDEN).round() as usize
+        } else {
+            x + ((b - x) as f64 * GOLDEN).round() as usize
+        };
+        let u = self.snap(raw, lo, hi);
+        if u == a || u == b || u == x {
+            return Flow::Go(Stage::Confirm);
+        }
+        if m.count(u) == 0 {
+            return Flow::Ask(Next::Measure(u));
+        }
+        // While refining, one repeat settles the direction well enough: both
+        // sides are within noise of each other anyway.
+        if let Some(k) = self.repeat_if_close(m, u, x, 2) {
+            return Flow::Ask(Next::Measure(k));
+        }
+        let (fu, fx) = (m.mean(u).expect("measured"), m.mean(x).expect("measured"));
+        let misses = if fu > fx { 0 } else { misses + 1 };
+        Flow::Go(match (fu > fx, u > x) {
+            (true, true) => Stage::Refine {
+                a: x,
+                x: u,
+                b,
+                misses,
+            },
+            (true, false) => Stage::Refine {
+                a,
+                x: u,
+                b: x,
+                misses,
+            },
+            (false, true) => Stage::Refine { a, x, b: u, misses },
+            (false, false) => Stage::Refine { a: u, x, b, misses },
+        })
+    }
+
+    /// The search's last word: the best point if it beats k = 0 beyond noise, else k = 0.
+    fn confirm(&self, m: &Measurements) -> Next {
+        let (best, best_ipc) = m.best().expect("k = 0 was measured");
+        if best == 0 {
+            return Next::Done(0);
+        }
+        let base = m.mean(0).expect("measured");
+        if best_ipc - base > self.margin(m, best, 0) {
+            // The winner of many noisy windows is flattered by noise; measure
+            // it once more before trusting it, then decide.
+            if m.count(best) < 2 && self.max_repeats >= 2 {
+                return Next::Measure(best);
+            }
+            return Next::Done(best);
+        }
+        let k = if m.count(best) <= m.count(0) { best } else { 0 };
+        if m.count(k) < self.max_repeats {
+            return Next::Measure(k);
+        }
+        // Never worse than not running: a gain within noise is no gain.
+        Next::Done(0)
+    }
+}
+
+/// What a stage of the adaptive search does next: ask for a window (or end), or hand over
+/// to another stage.
+enum Flow {
+    Ask(Next),
+    Go(Stage),
 }
 
 /// A search in progress, in either mode, with its measurements.
