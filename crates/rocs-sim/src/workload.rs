@@ -235,74 +235,7 @@ impl Workload {
                 if p.regions[..i].iter().any(|o| o.name == r.name) {
                     return Err(at("region names must be unique".into()));
                 }
-                if r.elem == 0 || !r.elem.is_power_of_two() || r.elem > 4096 {
-                    return Err(at(format!(
-                        "elem must be a power of two in 1..=4096, got {}",
-                        r.elem
-                    )));
-                }
-                if r.size.0 < r.elem as u64 || r.size.0 % r.elem as u64 != 0 {
-                    return Err(at(format!(
-                        "size {} must be a non-zero multiple of elem {}",
-                        r.size, r.elem
-                    )));
-                }
-                if r.size.0 > 64 << 30 {
-                    return Err(at(format!("size {} is larger than 64GiB", r.size)));
-                }
-                let finite_nonneg = |v: f64| v.is_finite() && v >= 0.0;
-                if !finite_nonneg(r.share) {
-                    return Err(at(format!("share must be >= 0, got {}", r.share)));
-                }
-                if !(0.0..=1.0).contains(&r.write_fraction) {
-                    return Err(at(format!(
-                        "write_fraction must be in [0, 1], got {}",
-                        r.write_fraction
-                    )));
-                }
-                if !finite_nonneg(r.instructions_per_access) || r.instructions_per_access > 1e6 {
-                    return Err(at("instructions_per_access must be in [0, 1e6]".into()));
-                }
-                if !(r.mlp.is_finite() && r.mlp >= 1.0) {
-                    return Err(at(format!("mlp must be >= 1, got {}", r.mlp)));
-                }
-                match r.pattern {
-                    Pattern::Strided => match r.stride {
-                        Some(s)
-                            if s.0 >= r.elem as u64
-                                && s.0 % r.elem as u64 == 0
-                                && s.0 <= r.size.0 => {}
-                        _ => {
-                            return Err(at(
-                                "strided needs stride = a multiple of elem, at most the size"
-                                    .into(),
-                            ))
-                        }
-                    },
-                    Pattern::Stencil => {
-                        if r.offsets.is_empty() || r.offsets.len() > 64 {
-                            return Err(at(
-                                "stencil needs offsets = [..] (1 to 64 byte offsets)".into()
-                            ));
-                        }
-                        if r.offsets
-                            .iter()
-                            .any(|o| o.unsigned_abs() >= r.size.0 || o % r.elem as i64 != 0)
-                        {
-                            return Err(at(
-                                "stencil offsets must be multiples of elem, smaller than the size"
-                                    .into(),
-                            ));
-                        }
-                    }
-                    // The chain is a table of 4 bytes per element: keep it under 256 MiB.
-                    Pattern::PointerChase if r.size.0 / r.elem as u64 > 1 << 26 => {
-                        return Err(at(
-                            "pointer-chase has too many elements (at most 2^26: raise elem)".into(),
-                        ));
-                    }
-                    _ => {}
-                }
+                r.check().map_err(at)?;
             }
             if p.phases.is_empty() {
                 if p.accesses.unwrap_or(0) == 0 {
@@ -316,27 +249,105 @@ impl Workload {
             }
             for (i, ph) in p.phases.iter().enumerate() {
                 let label = ph.name.clone().unwrap_or_else(|| format!("#{}", i + 1));
-                let at = |m: String| at(format!("phase {label}: {m}"));
-                if ph.accesses == 0 {
-                    return Err(at("accesses must be > 0".into()));
+                ph.check(&p.regions)
+                    .map_err(|m| at(format!("phase {label}: {m}")))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl RegionSpec {
+    /// What is wrong with this region, if anything.
+    fn check(&self) -> Result<(), String> {
+        let r = self;
+        if r.elem == 0 || !r.elem.is_power_of_two() || r.elem > 4096 {
+            return Err(format!(
+                "elem must be a power of two in 1..=4096, got {}",
+                r.elem
+            ));
+        }
+        if r.size.0 < r.elem as u64 || !r.size.0.is_multiple_of(r.elem as u64) {
+            return Err(format!(
+                "size {} must be a non-zero multiple of elem {}",
+                r.size, r.elem
+            ));
+        }
+        if r.size.0 > 64 << 30 {
+            return Err(format!("size {} is larger than 64GiB", r.size));
+        }
+        let finite_nonneg = |v: f64| v.is_finite() && v >= 0.0;
+        if !finite_nonneg(r.share) {
+            return Err(format!("share must be >= 0, got {}", r.share));
+        }
+        if !(0.0..=1.0).contains(&r.write_fraction) {
+            return Err(format!(
+                "write_fraction must be in [0, 1], got {}",
+                r.write_fraction
+            ));
+        }
+        if !finite_nonneg(r.instructions_per_access) || r.instructions_per_access > 1e6 {
+            return Err("instructions_per_access must be in [0, 1e6]".into());
+        }
+        if !(r.mlp.is_finite() && r.mlp >= 1.0) {
+            return Err(format!("mlp must be >= 1, got {}", r.mlp));
+        }
+        match r.pattern {
+            Pattern::Strided => match r.stride {
+                Some(s) if s.0 >= r.elem as u64 && s.0 % r.elem as u64 == 0 && s.0 <= r.size.0 => {}
+                _ => {
+                    return Err(
+                        "strided needs stride = a multiple of elem, at most the size".into(),
+                    )
                 }
-                for (name, share) in &ph.shares {
-                    if !p.regions.iter().any(|r| &r.name == name) {
-                        return Err(at(format!("unknown region '{name}' in shares")));
-                    }
-                    if !(share.is_finite() && *share >= 0.0) {
-                        return Err(at(format!("share of '{name}' must be >= 0")));
-                    }
+            },
+            Pattern::Stencil => {
+                if r.offsets.is_empty() || r.offsets.len() > 64 {
+                    return Err("stencil needs offsets = [..] (1 to 64 byte offsets)".into());
                 }
-                let total: f64 = if ph.shares.is_empty() {
-                    p.regions.iter().map(|r| r.share).sum()
-                } else {
-                    ph.shares.values().sum()
-                };
-                if total <= 0.0 {
-                    return Err(at("shares add up to 0".into()));
+                if r.offsets
+                    .iter()
+                    .any(|o| o.unsigned_abs() >= r.size.0 || o % r.elem as i64 != 0)
+                {
+                    return Err(
+                        "stencil offsets must be multiples of elem, smaller than the size".into(),
+                    );
                 }
             }
+            // The chain is a table of 4 bytes per element: keep it under 256 MiB.
+            Pattern::PointerChase if r.size.0 / r.elem as u64 > 1 << 26 => {
+                return Err(
+                    "pointer-chase has too many elements (at most 2^26: raise elem)".into(),
+                );
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+impl PhaseSpec {
+    /// What is wrong with this phase of a process with these regions, if anything.
+    fn check(&self, regions: &[RegionSpec]) -> Result<(), String> {
+        let ph = self;
+        if ph.accesses == 0 {
+            return Err("accesses must be > 0".into());
+        }
+        for (name, share) in &ph.shares {
+            if !regions.iter().any(|r| &r.name == name) {
+                return Err(format!("unknown region '{name}' in shares"));
+            }
+            if !(share.is_finite() && *share >= 0.0) {
+                return Err(format!("share of '{name}' must be >= 0"));
+            }
+        }
+        let total: f64 = if ph.shares.is_empty() {
+            regions.iter().map(|r| r.share).sum()
+        } else {
+            ph.shares.values().sum()
+        };
+        if total <= 0.0 {
+            return Err("shares add up to 0".into());
         }
         Ok(())
     }
