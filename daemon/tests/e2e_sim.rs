@@ -71,6 +71,30 @@ fn sim_targets_reach_steady_and_answer_every_request() {
     assert!(art["ipc"].as_f64().unwrap() > 0.0);
 
     eprintln!("{:?}: The profile has pages", t_start.elapsed());
+    profile_stack_and_history_answer(&mut d, pid);
+    eprintln!("{:?}: Pause and resume", t_start.elapsed());
+    pause_resume_and_restore_act(&mut d, pid);
+    eprintln!("{:?}: A broken policy", t_start.elapsed());
+    a_broken_policy_is_refused_and_a_fixed_one_applies(&mut d);
+
+    // Under its new policy art searches again and confines pages again.
+    let confined = d.wait(
+        Duration::from_secs(120),
+        "art confined under art-only",
+        |d| {
+            let ts = d.ok(json!({"request": "targets"}));
+            let t = target(&ts, "art")?;
+            let n = t["pages_confined"].as_u64()?;
+            (t["state"] == "steady" && n > 0).then_some(n)
+        },
+    );
+    eprintln!("{:?}: SIGTERM:", t_start.elapsed());
+    sigterm_stops_cleanly_and_restores(&mut d, confined);
+}
+
+/// The profile has pages, with the confined ones marked; the stack's top k are confined;
+/// the history tells the way there.
+fn profile_stack_and_history_answer(d: &mut common::Rocsd, pid: u64) {
     // The profile has pages, with the confined ones marked; the stack's top k are confined.
     let profile = d.ok(json!({"request": "profile", "target": pid.to_string()}));
     let pages = profile["pages"].as_array().unwrap();
@@ -107,9 +131,10 @@ fn sim_targets_reach_steady_and_answer_every_request() {
         .unwrap()
         .iter()
         .any(|e| e["text"].as_str().unwrap().contains("-> steady")));
+}
 
-    eprintln!("{:?}: Pause and resume", t_start.elapsed());
-    // Pause and resume one target.
+/// Pause and resume one target; restore moves every page back out of the pollute buffer.
+fn pause_resume_and_restore_act(d: &mut common::Rocsd, pid: u64) {
     let r = d.ok(json!({"request": "pause", "target": "art"}));
     assert_eq!(r["targets"], json!([pid]));
     d.wait(Duration::from_secs(10), "art paused", |d| {
@@ -122,8 +147,6 @@ fn sim_targets_reach_steady_and_answer_every_request() {
         (target(&ts, "art")?["state"] != "paused").then_some(())
     });
 
-    eprintln!("{:?}: Restore moves", t_start.elapsed());
-    // Restore moves every page back out of the pollute buffer.
     d.wait(Duration::from_secs(120), "art confined again", |d| {
         let ts = d.ok(json!({"request": "targets"}));
         (target(&ts, "art")?["pages_confined"].as_u64()? > 0).then_some(())
@@ -138,9 +161,11 @@ fn sim_targets_reach_steady_and_answer_every_request() {
     // Unknown and ambiguous targets are refused with a reason.
     let r = d.raw(json!({"request": "profile", "target": "nosuch"}));
     assert_eq!(r["error"]["code"], "no_such_target");
+}
 
-    eprintln!("{:?}: A broken policy", t_start.elapsed());
-    // A broken policy: the reload is refused, names file and line, the old policy stays.
+/// A broken policy: the reload is refused, names file and line, the old policy stays.
+/// SIGHUP re-reads too: fixed, the new policy applies and mcf is let go.
+fn a_broken_policy_is_refused_and_a_fixed_one_applies(d: &mut common::Rocsd) {
     std::fs::write(
         d.policy_dir.join("20-broken.toml"),
         "[match]\ncomm = \"x\"\n[knobs]\nsample_period = \"often\"\n",
@@ -164,8 +189,6 @@ fn sim_targets_reach_steady_and_answer_every_request() {
         "the old policy still holds art"
     );
 
-    eprintln!("{:?}: SIGHUP re-reads", t_start.elapsed());
-    // SIGHUP re-reads too: fixed, the new policy applies and mcf is let go.
     std::fs::remove_file(d.policy_dir.join("20-broken.toml")).unwrap();
     std::fs::write(
         d.policy_dir.join("10-spec.toml"),
@@ -182,21 +205,10 @@ fn sim_targets_reach_steady_and_answer_every_request() {
         let art = target(&ts, "art")?;
         (art["policy"] == "art-only" && target(&ts, "mcf").is_none()).then_some(())
     });
+}
 
-    // Under its new policy art searches again and confines pages again.
-    let confined = d.wait(
-        Duration::from_secs(120),
-        "art confined under art-only",
-        |d| {
-            let ts = d.ok(json!({"request": "targets"}));
-            let t = target(&ts, "art")?;
-            let n = t["pages_confined"].as_u64()?;
-            (t["state"] == "steady" && n > 0).then_some(n)
-        },
-    );
-
-    eprintln!("{:?}: SIGTERM:", t_start.elapsed());
-    // SIGTERM: a clean exit within 5 s, pages restored (restore_on_exit), the socket gone.
+/// SIGTERM: a clean exit within 5 s, pages restored (restore_on_exit), the socket gone.
+fn sigterm_stops_cleanly_and_restores(d: &mut common::Rocsd, confined: u64) {
     let t0 = Instant::now();
     let status = d.terminate(Duration::from_secs(10));
     assert!(status.success(), "rocsd exit: {status}\n{}", d.log());
