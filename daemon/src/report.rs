@@ -27,13 +27,25 @@ pub fn describe(kind: &EventKind, shown: &dyn Fn(Pid) -> Pid) -> (&'static str, 
             ipc,
             mpki,
             group_score,
+            sharers,
         } => {
             let group = group_score
                 .map(|s| format!(", LLC group score {s:.3}"))
                 .unwrap_or_default();
+            // Who gained and who paid: each sharer's pace against the turn's start.
+            let paces = sharers
+                .iter()
+                .map(|p| format!("pid {} {:+.1}%", shown(p.pid), (p.pace - 1.0) * 100.0))
+                .collect::<Vec<_>>()
+                .join(", ");
+            let paces = if paces.is_empty() {
+                paces
+            } else {
+                format!(" ({paces})")
+            };
             (
                 "search",
-                format!("k = {k}: IPC {ipc:.3}, MPKI {mpki:.2}{group}"),
+                format!("k = {k}: IPC {ipc:.3}, MPKI {mpki:.2}{group}{paces}"),
             )
         }
         EventKind::Waiting { holder, reason } => (
@@ -81,6 +93,32 @@ pub fn describe(kind: &EventKind, shown: &dyn Fn(Pid) -> Pid) -> (&'static str, 
 mod tests {
     use super::*;
     use std::collections::BTreeMap;
+
+    #[test]
+    fn a_search_step_says_who_gained_and_who_paid() {
+        let step = EventKind::SearchStep {
+            k: 64,
+            ipc: 0.5,
+            mpki: 12.0,
+            group_score: Some(1.2),
+            sharers: vec![
+                rocs_core::SharerPace {
+                    pid: 1000,
+                    pace: 1.0,
+                },
+                rocs_core::SharerPace {
+                    pid: 1001,
+                    pace: 1.33,
+                },
+            ],
+        };
+        let shown: BTreeMap<Pid, Pid> = [(1000, 7), (1001, 8)].into();
+        let (_, text) = describe(&step, &|p| shown.get(&p).copied().unwrap_or(p));
+        assert_eq!(
+            text,
+            "k = 64: IPC 0.500, MPKI 12.00, LLC group score 1.200 (pid 7 +0.0%, pid 8 +33.0%)"
+        );
+    }
 
     #[test]
     fn a_waiting_target_names_the_holder_by_the_pid_users_see() {

@@ -23,7 +23,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::controller::{Action, Controller, Observation, State, Turn, WindowContext};
+use crate::controller::{
+    Action, Controller, Event, EventKind, Observation, SharerPace, State, Turn, WindowContext,
+};
 use crate::{CounterDelta, Pid};
 
 /// A target of the domain, with what the engine knows of it.
@@ -181,11 +183,27 @@ impl Engine {
             };
             let delta = self.window[&pid];
             let member = self.members.get_mut(&pid).expect("a member");
-            let actions = member.ctrl.on_shared_window(delta, context);
+            let mut actions = member.ctrl.on_shared_window(delta, context);
+            if context.group_score.is_some() {
+                self.note_paces(&mut actions);
+            }
             self.update(pid);
             out.extend(actions.into_iter().map(|a| (pid, a)));
         }
         out
+    }
+
+    /// Put on record, in the holder's search steps, who gained and who paid.
+    fn note_paces(&self, actions: &mut [Action]) {
+        for action in actions {
+            if let Action::Report(Event {
+                kind: EventKind::SearchStep { sharers, .. },
+                ..
+            }) = action
+            {
+                *sharers = self.paces();
+            }
+        }
     }
 
     /// A member that starts or stops running changes the others' cache: they must not take
@@ -208,32 +226,49 @@ impl Engine {
         self.running = running;
     }
 
-    /// The domain's score of the window being fed: the mean, over the members that have a
-    /// reference pace for this turn and ran in the window, of IPC / reference IPC (the
-    /// normalised weighted speedup of the mix). `None` when no such member ran.
+    /// Each sharer's pace in the window being fed: its IPC over its reference IPC (its IPC
+    /// when the turn began), for the members that have a reference and ran.
+    pub fn paces(&self) -> Vec<SharerPace> {
+        self.members
+            .iter()
+            .filter_map(|(&pid, m)| {
+                let (reference, d) = (m.reference_ipc?, self.window.get(&pid)?);
+                (reference > 0.0 && d.cycles > 0 && d.instructions > 0).then(|| SharerPace {
+                    pid,
+                    pace: d.ipc() / reference,
+                })
+            })
+            .collect()
+    }
+
+    /// The domain's score of the window being fed: the harmonic mean of the sharers' paces
+    /// ([`Engine::paces`]), or, when the placement slows a sharer by more than its policy
+    /// allows (`max_slowdown`, unless it is `background`), that sharer's pace. `None` when
+    /// no sharer with a reference ran.
     ///
-    /// Why this measure: the oracle (rocs-sim's Best Offline) minimises the elapsed cycles
-    /// of the whole mix, each process on its own core. Online nobody knows which tenant will
-    /// finish last nor how much work it has left, so each tenant's progress counts relative
-    /// to its own pace: a memory-bound tenant that speeds up by 40% is worth as much as a
-    /// fast one that speeds up by 40%, whatever their raw IPCs (a sum of raw IPCs would
-    /// weigh most the high-IPC streamer, the tenant that gains least from the cache). This
-    /// is the usual throughput measure of a multiprogrammed mix (weighted speedup), and it
-    /// is 1 at the pace the turn began with. The references stay fixed for the whole turn,
-    /// so the score is linear in each member's IPC and the search's noise handling (means,
-    /// pooled deviation, relative margin) applies to it as to one target's IPC.
+    /// Why this measure: each tenant's progress counts relative to its own pace (a
+    /// memory-bound tenant that speeds up by 40% is worth as much as a fast one that speeds
+    /// up by 40%), and the harmonic mean of those speedups is the throughput measure that
+    /// does not reward starving one tenant to speed up another: one tenant at 4x and one at
+    /// 0.16x score 0.31, not the 2.1 of their plain mean. The bound makes the refusal
+    /// explicit: such a placement scores below k = 0 (whose paces are about 1), so no
+    /// search chooses it. The references stay fixed for the whole turn.
     pub fn score(&self) -> Option<f64> {
-        let (mut sum, mut n) = (0.0, 0usize);
-        for (pid, m) in &self.members {
-            let (Some(reference), Some(d)) = (m.reference_ipc, self.window.get(pid)) else {
-                continue;
-            };
-            if reference > 0.0 && d.cycles > 0 && d.instructions > 0 {
-                sum += d.ipc() / reference;
-                n += 1;
-            }
+        let paces = self.paces();
+        if paces.is_empty() {
+            return None;
         }
-        (n > 0).then(|| sum / n as f64)
+        let inverse: f64 = paces.iter().map(|p| 1.0 / p.pace).sum();
+        let harmonic = paces.len() as f64 / inverse;
+        let refused = paces
+            .iter()
+            .filter(|p| {
+                let knobs = self.members[&p.pid].ctrl.knobs();
+                !knobs.background && p.pace < 1.0 - knobs.max_slowdown
+            })
+            .map(|p| p.pace)
+            .reduce(f64::min);
+        Some(refused.map_or(harmonic, |worst| worst.min(harmonic)))
     }
 
     /// Take a member out of the turn's bookkeeping and return its controller.

@@ -153,6 +153,24 @@ pub struct Knobs {
     pub search_noise_floor: f64,
     /// Profile and build the stack, but never migrate a page.
     pub dry_run: bool,
+    /// Cycles one page migration costs the target (copy and TLB shootdown; ~2 µs per 4 KiB
+    /// page at 2 GHz). A move of many pages takes longer than the settle windows: the
+    /// search waits until the windows after it have spent that many cycles, then
+    /// `settle_windows` more, before it measures.
+    pub migration_cost_cycles: u64,
+    /// Sharing an LLC: the largest slowdown (0.05 = 5%) another target's placement may
+    /// cost this target. A placement that slows it more is refused, whatever it gains the
+    /// others, unless this target is `background`.
+    pub max_slowdown: f64,
+    /// Sharing an LLC: this target may be slowed by any amount if that helps the others
+    /// (a batch or backup job beside a latency-sensitive service).
+    pub background: bool,
+    /// Alone on its LLC: a search starts only if the profile promises something: at least
+    /// this share of the sampled LLC loads are misses on pages that are also reused (hit
+    /// at times) and miss less than the stack's worst pages. Misses on pages that only
+    /// stream, or a reused set that already hits, leave nothing for a pollute buffer to
+    /// win, and probes cost their moves.
+    pub min_promise: f64,
 }
 
 impl Default for Knobs {
@@ -181,6 +199,10 @@ impl Default for Knobs {
             search_max_repeats: 2,
             search_noise_floor: 0.003,
             dry_run: false,
+            migration_cost_cycles: 4000,
+            max_slowdown: 0.05,
+            background: false,
+            min_promise: 0.02,
         }
     }
 }
@@ -246,6 +268,18 @@ impl Knobs {
                 value: self.profile_max_windows as f64,
                 expected: "at least profile_windows",
             });
+        }
+        for (name, value) in [
+            ("max_slowdown", self.max_slowdown),
+            ("min_promise", self.min_promise),
+        ] {
+            if !(0.0..=1.0).contains(&value) {
+                return Err(KnobError::OutOfRange {
+                    name,
+                    value,
+                    expected: "a fraction in [0, 1]",
+                });
+            }
         }
         if self.linear_step == Some(0) {
             return Err(KnobError::StepZero);

@@ -20,7 +20,7 @@ pub mod stack;
 
 pub use controller::{
     Action, ColourReport, Command, Controller, Event, EventKind, MigrationReport, Observation,
-    State, Stats, Turn, WindowContext,
+    SharerPace, State, Stats, Turn, WindowContext,
 };
 pub use driver::{Driver, DriverError, Outcome};
 pub use engine::Engine;

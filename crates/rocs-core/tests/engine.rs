@@ -295,10 +295,10 @@ fn the_search_records_the_groups_score() {
         .collect();
     assert!(!steps.is_empty(), "target 1 never searched: {:?}", d.events);
     for &(k, ipc, score) in &steps {
-        // Both paces were measured before the turn (0.5 and 0.2): the score is the mean
-        // of the two targets' speedups over them.
+        // Both paces were measured before the turn (0.5 and 0.2): the score is the
+        // harmonic mean of the two targets' speedups over them.
         let victim = if k > 0 { 0.4 } else { 0.2 };
-        let want = (ipc / 0.5 + victim / 0.2) / 2.0;
+        let want = 2.0 / (0.5 / ipc + 0.2 / victim);
         let score = score.expect("a group score");
         assert!((score - want).abs() < 1e-9, "k = {k}: {score} vs {want}");
     }
@@ -308,7 +308,69 @@ fn the_search_records_the_groups_score() {
     let recorded = t1.search().expect("searched").measurements();
     assert!(recorded
         .iter()
-        .any(|(k, m, _)| k > 0 && (m - 1.5).abs() < 1e-9));
+        .any(|(k, m, _)| k > 0 && (m - 4.0 / 3.0).abs() < 1e-9));
+    // Who gained and who paid is on record with each step.
+    let sharers = d.events[&1]
+        .iter()
+        .find_map(|e| match e {
+            EventKind::SearchStep { k, sharers, .. } if *k > 0 => Some(sharers.clone()),
+            _ => None,
+        })
+        .expect("a step at k > 0");
+    let pace = |pid| sharers.iter().find(|s| s.pid == pid).map(|s| s.pace);
+    assert_eq!(pace(1), Some(1.0));
+    assert_eq!(pace(2), Some(2.0));
+}
+
+/// A streamer whose confinement doubles its neighbour's pace but costs itself 20%: the
+/// domain gains on the whole, but the streamer is slowed past its bound.
+fn starving(streamer_background: bool) -> Domain {
+    let ipc = |pid: Pid, m: &FakeMachine| match (pid, m.confining(1)) {
+        (1, false) => 0.5,
+        (1, true) => 0.4,
+        (_, true) => 0.4,
+        (_, false) => 0.2,
+    };
+    let mut d = Domain::new(FakeMachine::new(&[(1, 0x1000), (2, 0x2000)], ipc));
+    let knobs = Knobs {
+        background: streamer_background,
+        ..d.engine.controller(1).expect("attached").knobs().clone()
+    };
+    d.engine
+        .attach(Controller::new(1, knobs, SHIFT, COLOURS).expect("valid knobs"));
+    for _ in 0..80 {
+        d.window();
+    }
+    d
+}
+
+#[test]
+fn no_placement_slows_a_tenant_past_its_bound() {
+    let d = starving(false);
+    let chosen: Vec<usize> = d.events[&1]
+        .iter()
+        .filter_map(|e| match e {
+            EventKind::SearchDone { k, .. } => Some(*k),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        !chosen.is_empty(),
+        "target 1 never searched: {:?}",
+        d.events
+    );
+    assert!(chosen.iter().all(|&k| k == 0), "chose {chosen:?}");
+    assert!(d.machine.confined.get(&1).is_none_or(|c| c.is_empty()));
+}
+
+#[test]
+fn a_background_tenant_may_pay_for_the_others() {
+    let d = starving(true);
+    assert!(
+        d.machine.confining(1),
+        "the background streamer was not confined: {:?}",
+        d.events[&1]
+    );
 }
 
 #[test]

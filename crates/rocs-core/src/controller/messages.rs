@@ -154,6 +154,10 @@ pub enum EventKind {
         /// the windows measured at `k`.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         group_score: Option<f64>,
+        /// Judged by the LLC group: each sharer's pace in the last window measured (its IPC
+        /// over its IPC when the turn began), so that who gained and who paid is on record.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        sharers: Vec<SharerPace>,
     },
     /// The target has reason to profile (`reason`), but another target of the same LLC
     /// (`holder`, a platform pid: the driver names it as users know it) holds the turn.
@@ -173,6 +177,13 @@ pub enum EventKind {
     },
     /// Every confined page is back among the ordinary colours.
     Restored,
+}
+
+/// One sharer's pace in a window: its IPC relative to its IPC when the turn began.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SharerPace {
+    pub pid: Pid,
+    pub pace: f64,
 }
 
 /// Running totals, for inspection and metrics.

@@ -26,8 +26,8 @@ mod searching;
 use std::collections::{BTreeSet, VecDeque};
 
 pub use messages::{
-    Action, ColourReport, Command, Event, EventKind, MigrationReport, Observation, State, Stats,
-    Turn, WindowContext,
+    Action, ColourReport, Command, Event, EventKind, MigrationReport, Observation, SharerPace,
+    State, Stats, Turn, WindowContext,
 };
 
 use crate::knobs::{KnobError, Knobs};

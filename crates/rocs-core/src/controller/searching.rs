@@ -194,6 +194,7 @@ impl Controller {
             ipc,
             mpki,
             group_score: group_score.map(|_| value),
+            sharers: Vec::new(),
         };
         self.event(step, out);
         self.search_step(out);
