@@ -180,6 +180,7 @@ impl Engine {
                     .then(|| self.score())
                     .flatten(),
                 sharers_changed: self.tell_changed.remove(&pid),
+                sharers_miss: self.others_miss(pid),
             };
             let delta = self.window[&pid];
             let member = self.members.get_mut(&pid).expect("a member");
@@ -191,6 +192,14 @@ impl Engine {
             out.extend(actions.into_iter().map(|a| (pid, a)));
         }
         out
+    }
+
+    /// Whether a member other than `pid` missed enough in this window to be worth
+    /// profiling, by its own policy.
+    fn others_miss(&self, pid: Pid) -> bool {
+        self.window
+            .iter()
+            .any(|(&other, d)| other != pid && self.members[&other].ctrl.worth_profiling(d))
     }
 
     /// Put on record, in the holder's search steps, who gained and who paid.

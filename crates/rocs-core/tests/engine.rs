@@ -25,6 +25,11 @@ struct FakeMachine {
     sampling: BTreeSet<Pid>,
     confined: BTreeMap<Pid, BTreeSet<VirtPage>>,
     ipc: Box<IpcOf>,
+    /// Windows ended so far, and the window of each migration.
+    windows: u64,
+    moved_at: Vec<(u64, usize)>,
+    /// Every sample misses: pages that only stream, nothing reused.
+    stream_only: bool,
 }
 
 impl FakeMachine {
@@ -34,6 +39,9 @@ impl FakeMachine {
             sampling: BTreeSet::new(),
             confined: BTreeMap::new(),
             ipc: Box::new(ipc),
+            windows: 0,
+            moved_at: Vec::new(),
+            stream_only: false,
         }
     }
 
@@ -60,7 +68,7 @@ impl Sampler for FakeMachine {
                 tid: pid,
                 vaddr: (first + i % 64) << SHIFT,
                 paddr: None,
-                source: if i % 64 < 32 || i % 3 == 0 {
+                source: if self.stream_only || i % 64 < 32 || i % 3 == 0 {
                     DataSource::LlcMiss
                 } else {
                     DataSource::LlcHit
@@ -88,6 +96,7 @@ impl Remapper for FakeMachine {
         pages: &[VirtPage],
         to: Placement,
     ) -> Result<Vec<PageResult>, Infallible> {
+        self.moved_at.push((self.windows, pages.len()));
         let confined = self.confined.entry(pid).or_default();
         for p in pages {
             match to {
@@ -150,6 +159,7 @@ impl Domain {
     }
 
     fn window(&mut self) {
+        self.machine.windows += 1;
         let mut out = Vec::new();
         self.driver
             .end_window(&mut self.engine, &mut self.machine, &|_, _| false, &mut out);
@@ -421,4 +431,82 @@ fn release_restores_every_confined_page_and_stops_sampling() {
     assert!(d.machine.confined[&1].is_empty());
     assert!(d.machine.sampling.is_empty());
     assert!(d.engine.controller(1).is_none());
+}
+
+#[test]
+fn a_move_that_costs_several_windows_is_not_measured_until_paid() {
+    // 100,000 cycles per page: moving the stack's 64 pages costs 6.4 windows of 1M cycles.
+    // Windows after a move: those its cycles fill are skipped (6 for 64 pages), and one more
+    // for the moved pages to warm up (settle_windows).
+    let mut d = Domain::new(FakeMachine::new(&[(1, 0x1000)], |_, _| 0.5));
+    let knobs = Knobs {
+        migration_cost_cycles: 100_000,
+        ..d.engine.controller(1).expect("attached").knobs().clone()
+    };
+    d.engine
+        .attach(Controller::new(1, knobs, SHIFT, COLOURS).expect("valid knobs"));
+    for _ in 0..60 {
+        d.window();
+    }
+    let steps: Vec<u64> = d
+        .engine
+        .controller(1)
+        .expect("attached")
+        .history()
+        .filter(|e| matches!(e.kind, EventKind::SearchStep { k, .. } if k > 0))
+        .map(|e| e.window)
+        .collect();
+    assert!(!steps.is_empty(), "no step at k > 0");
+    let mut big = 0;
+    for w in steps {
+        // The moves of the window before the step's placement was complete.
+        let last = d
+            .machine
+            .moved_at
+            .iter()
+            .map(|&(m, _)| m)
+            .filter(|&m| m < w)
+            .max();
+        let last = last.expect("a move before the step");
+        let pages: usize = d
+            .machine
+            .moved_at
+            .iter()
+            .filter(|&&(m, _)| m == last)
+            .map(|&(_, n)| n)
+            .sum();
+        let paid = 1 + (pages as u64 * 100_000) / 1_000_000;
+        assert!(
+            w - last > paid,
+            "measured {} windows after moving {pages} pages",
+            w - last
+        );
+        big += usize::from(paid > 2);
+    }
+    assert!(
+        big > 0,
+        "no move costs more than a window: the test shows nothing"
+    );
+}
+
+#[test]
+fn a_target_whose_misses_only_stream_is_not_searched() {
+    let mut machine = FakeMachine::new(&[(1, 0x1000)], |_, _| 0.5);
+    machine.stream_only = true;
+    let mut d = Domain::new(machine);
+    for _ in 0..30 {
+        d.window();
+    }
+    let c = d.engine.controller(1).expect("attached");
+    assert!(c.stats().profiles > 0, "never profiled");
+    assert_eq!(c.stats().searches, 0);
+    assert!(
+        d.machine.moved_at.is_empty(),
+        "pages moved: {:?}",
+        d.machine.moved_at
+    );
+    let said = c.history().any(|e| {
+        matches!(&e.kind, EventKind::Transition { reason, .. } if reason.starts_with("nothing to win"))
+    });
+    assert!(said, "{:?}", d.events[&1]);
 }

@@ -220,6 +220,10 @@ pub struct WindowContext {
     /// started, finished or left): its IPC and MPKI change with it, which is no phase change
     /// of its own.
     pub sharers_changed: bool,
+    /// Some other target sharing the LLC missed enough in this window to be worth
+    /// profiling by its own policy: there is reused data of others a placement could
+    /// protect.
+    pub sharers_miss: bool,
 }
 
 impl Default for WindowContext {
@@ -228,6 +232,7 @@ impl Default for WindowContext {
             turn: Turn::Granted,
             group_score: None,
             sharers_changed: false,
+            sharers_miss: false,
         }
     }
 }

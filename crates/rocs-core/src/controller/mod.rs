@@ -285,7 +285,7 @@ impl Controller {
         let ran = delta.cycles > 0 && delta.instructions > 0;
         match self.stage.state() {
             State::Observe if ran => self.observe_window(&delta, context.turn, out),
-            State::Profile => self.profile_window(context.group_score.is_some(), out),
+            State::Profile => self.profile_window(&context, out),
             State::Search => self.search_window(&delta, ran, context.group_score, out),
             State::Steady if ran => self.steady_window(&delta, context.turn, out),
             State::Paused => {
@@ -298,7 +298,7 @@ impl Controller {
     }
 
     /// Whether a window misses enough (both thresholds) to be worth profiling.
-    fn worth_profiling(&self, delta: &CounterDelta) -> bool {
+    pub fn worth_profiling(&self, delta: &CounterDelta) -> bool {
         miss_rate(delta) >= self.knobs.min_llc_miss_rate && delta.mpki() >= self.knobs.min_mpki
     }
 
@@ -330,9 +330,7 @@ impl Controller {
         }
     }
 
-    /// `scored`: the window came with the LLC group's score, so a search starting now is
-    /// judged by it.
-    fn profile_window(&mut self, scored: bool, out: &mut Vec<Action>) {
+    fn profile_window(&mut self, context: &WindowContext, out: &mut Vec<Action>) {
         let Stage::Profile {
             windows,
             pages_seen,
@@ -350,7 +348,7 @@ impl Controller {
         if *windows >= self.knobs.profile_max_windows
             || (*windows >= self.knobs.profile_windows && saturated)
         {
-            self.finish_profile(scored, out);
+            self.finish_profile(context, out);
         }
     }
 

@@ -4,7 +4,7 @@
 
 use std::collections::HashSet;
 
-use super::messages::{Action, ColourReport, EventKind};
+use super::messages::{Action, ColourReport, EventKind, WindowContext};
 use super::{Controller, Stage};
 use crate::knobs::SearchMode;
 use crate::regions::{build_stack, RegionParams};
@@ -40,6 +40,11 @@ pub(super) struct SearchRun {
     measuring: Option<usize>,
     /// Windows still to wait after a move before measuring.
     settle_left: u32,
+    /// Cycles the last move costs the target, still to pass before measuring: a window
+    /// that pays for copies measures the move, not the placement.
+    settle_cycles: u64,
+    /// Pages moved by the last batch.
+    moved_pages: usize,
     /// The window count when pages were last moved.
     moved_at: Option<u64>,
     /// The search is over; moving to this `k` before Steady.
@@ -63,9 +68,10 @@ impl Controller {
         }
     }
 
-    /// The profile is over: build the stack and start the search (`scored`: the window
-    /// that ended it came with the LLC group's score, so the search is judged by it).
-    pub(super) fn finish_profile(&mut self, scored: bool, out: &mut Vec<Action>) {
+    /// The profile is over: build the stack and start the search. When the window that
+    /// ended it came with the LLC group's score, the search is judged by it.
+    pub(super) fn finish_profile(&mut self, context: &WindowContext, out: &mut Vec<Action>) {
+        let scored = context.group_score.is_some();
         self.stop_sampling(out);
         let params = RegionParams {
             min_samples: self.knobs.min_samples_per_page,
@@ -88,6 +94,21 @@ impl Controller {
         }
         if self.knobs.dry_run {
             let reason = format!("dry run: stack of {n} pages built, no page is migrated");
+            self.enter_steady(reason, false, out);
+            return;
+        }
+        // A target gains if its own reused data misses, or, judged by its LLC group, if
+        // another sharer misses: then the data to protect is theirs.
+        let promise = self.promise();
+        if promise < self.knobs.min_promise && !(scored && context.sharers_miss) {
+            let reason = format!(
+                "nothing to win: {:.1}% of the sampled LLC loads miss on pages that are also \
+                 reused (under min_promise {:.1}%), and no other target of the LLC misses \
+                 enough to profile: the misses are on pages that only stream, or the reused \
+                 data already hits",
+                promise * 100.0,
+                self.knobs.min_promise * 100.0
+            );
             self.enter_steady(reason, false, out);
             return;
         }
@@ -152,10 +173,11 @@ impl Controller {
             self.search_step(out);
             return;
         };
-        if run.settle_left > 0 {
-            // The window right after a move carries the move's cost and cold caches for
-            // the moved pages: not a fair measurement of k.
-            run.settle_left -= 1;
+        if run.settle_left > 0 || run.settle_cycles > 0 {
+            // The windows right after a move carry the move's cost (as many windows as its
+            // cycles fill) and cold caches for the moved pages: not a fair measurement.
+            run.settle_left = run.settle_left.saturating_sub(1);
+            run.settle_cycles = run.settle_cycles.saturating_sub(delta.cycles.max(1));
             return;
         }
         if !ran {
@@ -222,13 +244,15 @@ impl Controller {
             Next::Measure(k) => {
                 let moved_before = self.stats.windows;
                 if self.move_towards(k, out) {
-                    let settle = self.knobs.settle_windows;
+                    let (settle, cost) =
+                        (self.knobs.settle_windows, self.knobs.migration_cost_cycles);
                     let run = self.run_mut().expect("searching");
                     run.measuring = Some(k);
                     // Settle after any move that made up this placement, the last batch
                     // included.
                     if run.moved_at == Some(moved_before) {
                         run.settle_left = settle;
+                        run.settle_cycles = run.moved_pages as u64 * cost;
                     }
                 }
             }
@@ -287,6 +311,30 @@ impl Controller {
         }
     }
 
+    /// What a pollute buffer could win for this target: the share of its sampled LLC
+    /// loads that are misses on pages that are also reused (they hit at times) and miss
+    /// clearly less than the stack's worst pages. Those misses are what confining the
+    /// worst pages can turn into hits; misses on pages that only stream cannot be.
+    pub(super) fn promise(&self) -> f64 {
+        let Some(top) = self.build.stack.entries().first() else {
+            return 0.0;
+        };
+        let below = top.miss_rate - self.knobs.region_merge_tolerance;
+        let (mut loads, mut winnable) = (0u64, 0u64);
+        for (_, c) in self.profile.iter() {
+            let n = u64::from(c.hits) + u64::from(c.misses);
+            loads += n;
+            if c.hits > 0 && (c.misses as f64) < below * n as f64 {
+                winnable += u64::from(c.misses);
+            }
+        }
+        if loads == 0 {
+            0.0
+        } else {
+            winnable as f64 / loads as f64
+        }
+    }
+
     /// The remembered phase whose confined pages are (nearly all) the top pages of the new
     /// stack: its `k` on this stack, and the IPC that `k` must reach to be kept.
     fn recall(&self) -> Option<(usize, f64)> {
@@ -319,6 +367,7 @@ impl Controller {
             let now = self.stats.windows;
             if let Some(run) = self.run_mut() {
                 run.moved_at = Some(now);
+                run.moved_pages = moves.issued;
             }
         }
         out.extend(moves.actions);

@@ -207,6 +207,12 @@ pub fn run_rocs(
     let start = Instant::now();
     let mut m = make()?;
     let colours = m.llc_geometry().colours();
+    // The controller is told what a page migration costs on this machine, as an operator
+    // would set it for theirs.
+    let knobs = Knobs {
+        migration_cost_cycles: m.migration_cycles(),
+        ..knobs.clone()
+    };
     let mut engine = Engine::new();
     for pid in m.pids() {
         let ctrl = Controller::new(pid, knobs.clone(), m.page_shift(), colours)?;
