@@ -130,7 +130,7 @@ impl Decoder {
                         s.data_src.map_or(DataSource::Other, classify_data_src),
                     ),
                     SourceRule::None => (s.addr, s.phys_addr, DataSource::Other),
-                    SourceRule::IbsRaw => match s.raw.and_then(decode_ibs_op_raw) {
+                    SourceRule::IbsRaw(enc) => match s.raw.and_then(|r| decode_ibs_op_raw(r, enc)) {
                         Some(op) if op.is_load => (op.vaddr, op.paddr, op.source),
                         _ => (None, None, DataSource::Other),
                     },

@@ -10,6 +10,7 @@ use thiserror::Error;
 
 use crate::abi::*;
 use crate::cpu::{CpuInfo, KernelVersion, Vendor};
+use crate::datasrc::IbsDataSrcEncoding;
 use crate::pmu::{PmuDevice, PmuInventory};
 
 /// The family of an event plan.
@@ -40,8 +41,8 @@ pub enum SourceRule {
     Fixed(DataSource),
     /// Decode PERF_SAMPLE_DATA_SRC.
     DataSrc,
-    /// Decode the raw IBS op registers (PERF_SAMPLE_RAW).
-    IbsRaw,
+    /// Decode the raw IBS op registers (PERF_SAMPLE_RAW), DataSrc in this encoding.
+    IbsRaw(IbsDataSrcEncoding),
     /// No data source (software events).
     None,
 }
@@ -181,7 +182,7 @@ fn hardware_plan(
             intel_plan(cpu, core)
         }
         Vendor::Amd => match pmus.get("ibs_op") {
-            Some(ibs) => Ok(amd_ibs_plan(ibs, kernel)),
+            Some(ibs) => Ok(amd_ibs_plan(cpu, ibs, kernel)),
             None if pmus.core_pmu().is_none() => Err(missing_core_pmu(cpu)),
             None => Err(NoPlan {
                 why: "AMD CPU without the ibs_op PMU (Instruction-Based Sampling is not exposed; hypervisors rarely virtualise IBS)".into(),
@@ -320,7 +321,7 @@ fn intel_plan(cpu: &CpuInfo, core: &PmuDevice) -> Result<EventPlan, NoPlan> {
     })
 }
 
-fn amd_ibs_plan(ibs: &PmuDevice, kernel: KernelVersion) -> EventPlan {
+fn amd_ibs_plan(cpu: &CpuInfo, ibs: &PmuDevice, kernel: KernelVersion) -> EventPlan {
     // Count dispatched ops rather than cycles, so the period is in ops.
     let mut config = 0;
     if let Some((0, bit)) = ibs.format_bit("cnt_ctl") {
@@ -338,7 +339,7 @@ fn amd_ibs_plan(ibs: &PmuDevice, kernel: KernelVersion) -> EventPlan {
         (
             PlanKind::AmdIbsOpRaw,
             SAMPLE_IDENTIFIER | SAMPLE_TID | SAMPLE_TIME | SAMPLE_RAW,
-            SourceRule::IbsRaw,
+            SourceRule::IbsRaw(IbsDataSrcEncoding::for_cpu(cpu.family, cpu.model)),
             "AMD IBS op sampling, raw IBS registers decoded by rocs (kernel < 6.1)",
         )
     };

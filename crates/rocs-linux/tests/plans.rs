@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use rocs_core::DataSource;
 use rocs_linux::abi::*;
+use rocs_linux::datasrc::IbsDataSrcEncoding;
 use rocs_linux::{
     detect_geometry, select_plan, CpuInfo, EventChoice, KernelVersion, PlanKind, PmuInventory,
     SourceRule,
@@ -80,7 +81,13 @@ fn zen3_and_zen4_use_ibs_op_with_its_dynamic_type() {
     let old = select_plan(&cpu, &pmus, KernelVersion::new(5, 15, 0), EventChoice::Auto).unwrap();
     assert_eq!(old.kind, PlanKind::AmdIbsOpRaw);
     let ev = old.events().next().unwrap();
-    assert_eq!(ev.source, SourceRule::IbsRaw);
+    // Zen 3 (family 19h): the PPR's DataSrc encoding, with erratum 1293 on models 00h-0Fh.
+    assert_eq!(
+        ev.source,
+        SourceRule::IbsRaw(IbsDataSrcEncoding::Zen {
+            erratum_1293: cpu.model <= 0x0f
+        })
+    );
     assert!(ev.sample_type & SAMPLE_RAW != 0 && ev.sample_type & SAMPLE_DATA_SRC == 0);
 }
 
