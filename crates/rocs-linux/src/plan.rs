@@ -89,6 +89,18 @@ impl EventPlan {
     pub fn events(&self) -> impl Iterator<Item = &EventSpec> {
         self.groups.iter().flatten()
     }
+
+    /// The nearest period at or above `period` that the plan's PMU accepts: at least
+    /// `min_period`, and for IBS a multiple of 16 (IbsOpMaxCnt counts in units of 16
+    /// ops, and the kernel's perf_ibs_init refuses periods with any of the low 4 bits
+    /// set).
+    pub fn usable_period(&self, period: u64) -> u64 {
+        let period = period.max(self.min_period).max(1);
+        match self.kind {
+            PlanKind::AmdIbsOp | PlanKind::AmdIbsOpRaw => period.div_ceil(16).saturating_mul(16),
+            _ => period,
+        }
+    }
 }
 
 /// Which plan the user asked for.
@@ -493,5 +505,24 @@ mod tests {
             with_term("event=0xcd,ldlat=3", "ldlat", 30),
             "event=0xcd,ldlat=30"
         );
+    }
+
+    #[test]
+    fn ibs_periods_are_multiples_of_16() {
+        let mut ibs = PmuDevice {
+            name: "ibs_op".into(),
+            type_: 11,
+            ..Default::default()
+        };
+        ibs.formats.insert("cnt_ctl".into(), "config:19".into());
+        let cpu = CpuInfo::parse("vendor_id : AuthenticAMD\ncpu family : 25\nmodel : 1\n");
+        let plan = amd_ibs_plan(&cpu, &ibs, KernelVersion::new(6, 1, 0));
+        assert_eq!(plan.default_period % 16, 0);
+        assert_eq!(plan.usable_period(100_001), 100_016);
+        assert_eq!(plan.usable_period(100_016), 100_016);
+        assert_eq!(plan.usable_period(1), plan.min_period);
+        let sw = software_page_fault_plan();
+        assert_eq!(sw.usable_period(7), 7);
+        assert_eq!(sw.usable_period(0), 1);
     }
 }
