@@ -18,6 +18,7 @@ pub mod record;
 pub mod ring;
 pub mod sampler;
 pub mod shim;
+pub mod spe;
 pub mod target;
 
 pub use counters::{CounterEvents, CountersError, LinuxCounters};

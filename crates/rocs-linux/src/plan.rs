@@ -79,8 +79,9 @@ pub struct EventPlan {
     pub min_period: u64,
     /// Ask for PHYS_ADDR too where the kernel permits it (root / CAP_SYS_ADMIN).
     pub phys_addr: bool,
-    /// Why live recording cannot use this plan, when it cannot (Arm SPE writes an AUX
-    /// trace that rocs does not decode).
+    /// Why live recording cannot use this plan, when it cannot. None for every plan
+    /// `select_plan` gives: a precise plan that cannot be sampled live (Arm SPE) is
+    /// refused there, with what to do.
     pub live_unsupported: Option<String>,
 }
 
@@ -202,7 +203,7 @@ fn hardware_plan(
             }),
         },
         Vendor::Arm => match pmus.arm_spe() {
-            Some(spe) => Ok(arm_spe_plan(spe)),
+            Some(spe) => Err(spe_not_live(spe)),
             None if pmus.core_pmu().is_none() => Err(missing_core_pmu(cpu)),
             None => Err(NoPlan {
                 why: "Arm CPU without an arm_spe PMU (the Statistical Profiling Extension is absent or its driver is not loaded)".into(),
@@ -381,39 +382,17 @@ fn amd_ibs_plan(cpu: &CpuInfo, ibs: &PmuDevice, kernel: KernelVersion) -> EventP
     }
 }
 
-fn arm_spe_plan(spe: &PmuDevice) -> EventPlan {
-    let mut words = [0u64; 3];
-    for field in ["ts_enable", "pa_enable", "load_filter", "jitter"] {
-        if let Some((w, bit)) = spe.format_bit(field) {
-            words[w as usize] |= 1 << bit;
-        }
-    }
-    let min: u64 = spe
-        .caps
-        .get("min_interval")
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1024);
-    EventPlan {
-        kind: PlanKind::ArmSpe,
-        label: format!("Arm SPE ({}), loads with data source", spe.name),
-        measures_llc: true,
-        groups: vec![vec![EventSpec {
-            name: spe.name.clone(),
-            pmu_type: spe.type_,
-            config: words[0],
-            config1: words[1],
-            config2: words[2],
-            precise_ip: 0,
-            sample_type: SAMPLE_IDENTIFIER | SAMPLE_TID | SAMPLE_TIME,
-            samples: true,
-            exclude_kernel: true,
-            source: SourceRule::DataSrc,
-        }]],
-        default_period: min.max(4096),
-        min_period: min,
-        phys_addr: true,
-        live_unsupported: Some(
-            "Arm SPE delivers its records as an AUX trace, which rocs does not decode live; record with `perf mem record` and use `perf script` on this machine".into(),
+/// Arm SPE writes its samples into an AUX buffer that rocs decodes (crate::spe) but does
+/// not yet map and drain live: refuse here, at the start, with the way to profile anyway.
+fn spe_not_live(spe: &PmuDevice) -> NoPlan {
+    NoPlan {
+        why: format!(
+            "Arm SPE ({}) is present, but rocs does not sample through its AUX trace live yet",
+            spe.name
+        ),
+        fix: format!(
+            "profile with perf on this machine and import the samples: `perf record -e {}/ts_enable=1,pa_enable=1,load_filter=1/ -d -p PID -- sleep 10`, `perf inject --itrace=M -i perf.data -o mem.data` (M: memory samples), then `rocsctl profile --perf-data mem.data`; or use --event page-faults (rocsd: allow_observe_only = true)",
+            spe.name
         ),
     }
 }
