@@ -13,6 +13,7 @@ pub mod events;
 pub mod geometry;
 pub mod perfdata;
 pub mod plan;
+pub mod procs;
 pub mod pmu;
 pub mod record;
 pub mod ring;
