@@ -157,26 +157,44 @@ mod tests {
     #[test]
     fn new_exec_moved_reused_and_gone() {
         let mut s = Scanner::new();
-        let d = s.apply(vec![(10, seen("bash", 1, "/")), (11, seen("sleep", 2, "/"))], false);
+        let d = s.apply(
+            vec![(10, seen("bash", 1, "/")), (11, seen("sleep", 2, "/"))],
+            false,
+        );
         assert_eq!(d.check.len(), 2);
         // Nothing changed: nothing to check.
-        let d = s.apply(vec![(10, seen("bash", 1, "/")), (11, seen("sleep", 2, "/"))], false);
+        let d = s.apply(
+            vec![(10, seen("bash", 1, "/")), (11, seen("sleep", 2, "/"))],
+            false,
+        );
         assert_eq!(d, ScanDelta::default());
         // 10 exec'd into art, 11 exited, 12 started.
-        let d = s.apply(vec![(10, seen("art", 1, "/")), (12, seen("x", 3, "/"))], false);
+        let d = s.apply(
+            vec![(10, seen("art", 1, "/")), (12, seen("x", 3, "/"))],
+            false,
+        );
         assert_eq!(d.check, vec![(10, "art".into()), (12, "x".into())]);
         assert_eq!(d.gone, vec![11]);
         // 10 moved into another cgroup; 12's file could not be read (no move).
         let mut unreadable = seen("x", 3, "/");
         unreadable.cgroups = None;
-        let d = s.apply(vec![(10, seen("art", 1, "/batch")), (12, unreadable)], false);
+        let d = s.apply(
+            vec![(10, seen("art", 1, "/batch")), (12, unreadable)],
+            false,
+        );
         assert_eq!(d.check, vec![(10, "art".into())]);
         // 12 reused by a new process.
-        let d = s.apply(vec![(10, seen("art", 1, "/batch")), (12, seen("y", 9, "/"))], false);
+        let d = s.apply(
+            vec![(10, seen("art", 1, "/batch")), (12, seen("y", 9, "/"))],
+            false,
+        );
         assert_eq!(d.gone, vec![12]);
         assert_eq!(d.check, vec![(12, "y".into())]);
         // After a reload everything is checked again.
-        let d = s.apply(vec![(10, seen("art", 1, "/batch")), (12, seen("y", 9, "/"))], true);
+        let d = s.apply(
+            vec![(10, seen("art", 1, "/batch")), (12, seen("y", 9, "/"))],
+            true,
+        );
         assert_eq!(d.check.len(), 2);
     }
 
@@ -224,7 +242,10 @@ mod tests {
         };
         let group = Cgroup(mount.join(format!("rocs-scan-test-{}", std::process::id())));
         if let Err(e) = std::fs::create_dir(&group.0) {
-            eprintln!("skipped: cannot make a cgroup under {}: {e}", mount.display());
+            eprintln!(
+                "skipped: cannot make a cgroup under {}: {e}",
+                mount.display()
+            );
             return;
         }
         let sleeper = Sleeper(Command::new("sleep").arg("30").spawn().unwrap());
@@ -237,7 +258,11 @@ mod tests {
         std::fs::write(group.0.join("cgroup.procs"), pid.to_string()).unwrap();
         let after = scanner.scan(false);
         assert_eq!(
-            after.check.iter().filter(|(p, _)| *p == pid).collect::<Vec<_>>(),
+            after
+                .check
+                .iter()
+                .filter(|(p, _)| *p == pid)
+                .collect::<Vec<_>>(),
             vec![&(pid, "sleep".to_string())]
         );
         let relative = Path::new("/").join(group.0.strip_prefix(&mount).unwrap());

@@ -323,7 +323,11 @@ mod tests {
         assert_eq!(op.source, DataSource::LlcHit, "L3 hits are not misses");
         assert_eq!(source(0, 3, miss, zen3), DataSource::LlcMiss);
         assert_eq!(source(0, 3 | RMT_NODE, miss, zen3), DataSource::LlcMiss);
-        assert_eq!(source(0, 4, miss, zen3), DataSource::LlcMiss, "remote hits count");
+        assert_eq!(
+            source(0, 4, miss, zen3),
+            DataSource::LlcMiss,
+            "remote hits count"
+        );
         assert_eq!(source(0, 7, miss, zen3), DataSource::Other, "I/O");
         // An L1 or L2 hit says nothing about the LLC.
         assert_eq!(source(0, 2, LD_OP, zen3), DataSource::Other);
@@ -340,7 +344,11 @@ mod tests {
         assert_eq!(source(CAPS_ZEN4, 1, miss, zen4), DataSource::LlcHit);
         for ext in [2u64, 3, 5, 6, 8, 12] {
             let data2 = (ext >> 3) << 6 | ext & 7;
-            assert_eq!(source(CAPS_ZEN4, data2, miss, zen4), DataSource::LlcMiss, "{ext}");
+            assert_eq!(
+                source(CAPS_ZEN4, data2, miss, zen4),
+                DataSource::LlcMiss,
+                "{ext}"
+            );
         }
         assert_eq!(source(CAPS_ZEN4, 7, miss, zen4), DataSource::Other);
         // Stores are not ranked; a short payload is no sample.

@@ -123,8 +123,8 @@ impl Decoder {
                     sample_id_in::<O>(first.format.sample_type, rec.body)
                 };
                 let kind = self.kind_of(id)?;
-                let s = parse_sample_in::<O>(&kind.format, rec.body)
-                    .map_err(DecodeError::Truncated)?;
+                let s =
+                    parse_sample_in::<O>(&kind.format, rec.body).map_err(DecodeError::Truncated)?;
                 if target.is_some_and(|p| p != s.pid) {
                     return Ok(Decoded::SampleOfOtherProcess);
                 }
@@ -136,10 +136,12 @@ impl Decoder {
                         s.data_src.map_or(DataSource::Other, classify_data_src),
                     ),
                     SourceRule::None => (s.addr, s.phys_addr, DataSource::Other),
-                    SourceRule::IbsRaw(enc) => match s.raw.and_then(|r| decode_ibs_op_raw(r, enc)) {
-                        Some(op) if op.is_load => (op.vaddr, op.paddr, op.source),
-                        _ => (None, None, DataSource::Other),
-                    },
+                    SourceRule::IbsRaw(enc) => {
+                        match s.raw.and_then(|r| decode_ibs_op_raw(r, enc)) {
+                            Some(op) if op.is_load => (op.vaddr, op.paddr, op.source),
+                            _ => (None, None, DataSource::Other),
+                        }
+                    }
                 };
                 let Some(vaddr) = vaddr else {
                     return Ok(Decoded::SampleWithoutAddress);

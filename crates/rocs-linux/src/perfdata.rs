@@ -189,8 +189,7 @@ fn layout<R: Read + Seek>(path: &Path, input: &mut R) -> Result<Layout, PerfData
     if !pipe_mode && u64_at(DATA_SIZE_OFFSET) == Some(0) {
         return Err(PerfDataError::Truncated {
             path: path.into(),
-            what: "the data section is empty (perf record did not finish writing the file)"
-                .into(),
+            what: "the data section is empty (perf record did not finish writing the file)".into(),
         });
     }
     Ok(Layout {
@@ -357,14 +356,11 @@ fn check_profile(
     pid: Option<u32>,
 ) -> Result<(PageProfile, ImportSummary), PerfDataError> {
     // Software and tracepoint events fill DATA_SRC with "not available".
-    summary.has_data_source = summary
-        .events
-        .iter()
-        .any(|e| {
-            e.sample_type & SAMPLE_DATA_SRC != 0
-                && e.type_ != TYPE_SOFTWARE
-                && e.type_ != TYPE_TRACEPOINT
-        });
+    summary.has_data_source = summary.events.iter().any(|e| {
+        e.sample_type & SAMPLE_DATA_SRC != 0
+            && e.type_ != TYPE_SOFTWARE
+            && e.type_ != TYPE_TRACEPOINT
+    });
     if summary
         .events
         .iter()

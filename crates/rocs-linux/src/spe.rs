@@ -252,7 +252,14 @@ mod tests {
         buf.extend(load_record(RETIRED_L1_HIT, 0x7f00_1234_7000, &[0x01]));
         buf.extend(load_record(REMOTE, 0x7f00_1234_8000, &[0x01]));
         let (records, stats) = decode(&buf);
-        assert_eq!(stats, SpeStats { records: 4, bad_bytes: 0, cut_bytes: 0 });
+        assert_eq!(
+            stats,
+            SpeStats {
+                records: 4,
+                bad_bytes: 0,
+                cut_bytes: 0
+            }
+        );
         let r = records[0];
         assert_eq!(r.op, SpeOp::Load);
         assert_eq!(r.vaddr, Some(0x7f00_1234_5008), "the tag byte is dropped");

@@ -36,9 +36,26 @@ fn zstd_compressed_files_import_with_perf_scripts_counts() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("z.data");
     let st = Command::new("perf")
-        .args(["record", "-q", "-z", "-e", "page-faults", "-c", "1", "-d", "-o"])
+        .args([
+            "record",
+            "-q",
+            "-z",
+            "-e",
+            "page-faults",
+            "-c",
+            "1",
+            "-d",
+            "-o",
+        ])
         .arg(&data)
-        .args(["--", "dd", "if=/dev/zero", "of=/dev/null", "bs=8M", "count=2"])
+        .args([
+            "--",
+            "dd",
+            "if=/dev/zero",
+            "of=/dev/null",
+            "bs=8M",
+            "count=2",
+        ])
         .args(["status=none"])
         .status()
         .expect("perf runs");
@@ -49,7 +66,11 @@ fn zstd_compressed_files_import_with_perf_scripts_counts() {
 
     let (table, summary) = read_perf_data(&data, None, 12).unwrap();
     let theirs = perf_script_pages(&data);
-    assert!(theirs.len() >= 2048, "8 MiB are 2048 pages: {}", theirs.len());
+    assert!(
+        theirs.len() >= 2048,
+        "8 MiB are 2048 pages: {}",
+        theirs.len()
+    );
     let ours: HashMap<u64, u64> = table
         .sorted()
         .into_iter()

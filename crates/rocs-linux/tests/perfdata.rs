@@ -29,15 +29,27 @@ struct Order {
 
 impl Order {
     fn u64(self, out: &mut Vec<u8>, v: u64) {
-        out.extend_from_slice(&if self.big { v.to_be_bytes() } else { v.to_le_bytes() });
+        out.extend_from_slice(&if self.big {
+            v.to_be_bytes()
+        } else {
+            v.to_le_bytes()
+        });
     }
 
     fn u16(self, out: &mut Vec<u8>, v: u16) {
-        out.extend_from_slice(&if self.big { v.to_be_bytes() } else { v.to_le_bytes() });
+        out.extend_from_slice(&if self.big {
+            v.to_be_bytes()
+        } else {
+            v.to_le_bytes()
+        });
     }
 
     fn u32(self, out: &mut Vec<u8>, v: u32) {
-        out.extend_from_slice(&if self.big { v.to_be_bytes() } else { v.to_le_bytes() });
+        out.extend_from_slice(&if self.big {
+            v.to_be_bytes()
+        } else {
+            v.to_le_bytes()
+        });
     }
 }
 

@@ -64,7 +64,10 @@ fn raising_and_lowering_the_period_reach_the_kernel() {
 
     t.touch();
     let every_fault = drain_count(&mut sampler, pid);
-    assert!(every_fault >= 4096, "16 MiB are >= 4096 faults: {every_fault}");
+    assert!(
+        every_fault >= 4096,
+        "16 MiB are >= 4096 faults: {every_fault}"
+    );
 
     // Raised: one sample per 64 faults.
     assert_eq!(sampler.set_period(pid, 64).unwrap(), 64);
