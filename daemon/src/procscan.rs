@@ -1,10 +1,12 @@
 //! Finding processes: a scan of /proc, cheap enough to run every few hundred milliseconds.
 //!
-//! Each scan reads /proc/PID/stat (command name, start time, kernel-thread flag) and
-//! /proc/PID/cgroup of every process, through rocs-linux's procfs reader. A process is
-//! checked against the policies when it is new, when its command name changed (an exec)
-//! and when it moved to another cgroup (a container runtime or systemd placing it after
-//! it started). A process is known by (pid, start time), so a reused pid is a new process.
+//! Each scan reads /proc/PID/stat (command name, start time, kernel-thread flag) of every
+//! process through rocs-linux's procfs reader, and /proc/PID/cgroup of new processes and
+//! of a quarter of the others (each process every 4th scan: reading it every scan would
+//! double the cost of a scan). A process is checked against the policies when it is new,
+//! when its command name changed (an exec) and when it moved to another cgroup (a
+//! container runtime or systemd placing it after it started). A process is known by
+//! (pid, start time), so a reused pid is a new process.
 
 use std::collections::HashMap;
 
@@ -57,11 +59,15 @@ pub struct ScanDelta {
     pub gone: Vec<Pid>,
 }
 
+/// A known process's cgroups are read again every this many scans.
+pub const CGROUP_RECHECK_EVERY: u64 = 4;
+
 /// Remembers the processes of the previous scan.
 pub struct Scanner {
     proc: ProcRoot,
     known: HashMap<Pid, Seen>,
     own_pid: Pid,
+    scans: u64,
 }
 
 impl Scanner {
@@ -75,11 +81,13 @@ impl Scanner {
             proc,
             known: HashMap::new(),
             own_pid: std::process::id(),
+            scans: 0,
         }
     }
 
     /// Scan /proc. With `rescan_all`, every process is checked again (policies changed).
     pub fn scan(&mut self, rescan_all: bool) -> ScanDelta {
+        self.scans += 1;
         let mut seen = Vec::new();
         for pid in self.proc.pids() {
             if pid == self.own_pid {
@@ -91,7 +99,17 @@ impl Scanner {
             if stat.kernel_thread {
                 continue;
             }
-            let cgroups = self.proc.cgroups(pid);
+            let new = self
+                .known
+                .get(&pid)
+                .is_none_or(|k| k.stat.start_time != stat.start_time);
+            // Spread over the scans: pid + scan number picks a quarter of the processes.
+            let due = (u64::from(pid) + self.scans).is_multiple_of(CGROUP_RECHECK_EVERY);
+            let cgroups = if new || due {
+                self.proc.cgroups(pid)
+            } else {
+                None
+            };
             seen.push((pid, Seen { stat, cgroups }));
         }
         self.apply(seen, rescan_all)
@@ -104,11 +122,13 @@ impl Scanner {
         for (pid, mut this) in seen {
             match self.known.get(&pid) {
                 Some(before) if before.stat.start_time == this.stat.start_time => {
-                    // An unreadable cgroup file (an exiting process) is not a move.
+                    // Cgroups not read this scan (or unreadable: an exiting process) are
+                    // not a move.
+                    let moved = matches!((&before.cgroups, &this.cgroups),
+                        (Some(was), Some(is)) if was != is);
                     if this.cgroups.is_none() {
                         this.cgroups.clone_from(&before.cgroups);
                     }
-                    let moved = this.cgroups != before.cgroups;
                     if rescan_all || before.stat.comm != this.stat.comm || moved {
                         delta.check.push((pid, this.stat.comm.clone()));
                     }
@@ -175,7 +195,7 @@ mod tests {
         );
         assert_eq!(d.check, vec![(10, "art".into()), (12, "x".into())]);
         assert_eq!(d.gone, vec![11]);
-        // 10 moved into another cgroup; 12's file could not be read (no move).
+        // 10 moved into another cgroup; 12's cgroups were not read (no move).
         let mut unreadable = seen("x", 3, "/");
         unreadable.cgroups = None;
         let d = s.apply(
@@ -256,15 +276,12 @@ mod tests {
         assert!(!scanner.scan(false).check.iter().any(|(p, _)| *p == pid));
 
         std::fs::write(group.0.join("cgroup.procs"), pid.to_string()).unwrap();
-        let after = scanner.scan(false);
-        assert_eq!(
-            after
-                .check
-                .iter()
-                .filter(|(p, _)| *p == pid)
-                .collect::<Vec<_>>(),
-            vec![&(pid, "sleep".to_string())]
-        );
+        // Within CGROUP_RECHECK_EVERY scans the move is seen, once.
+        let checks: Vec<_> = (0..CGROUP_RECHECK_EVERY)
+            .flat_map(|_| scanner.scan(false).check)
+            .filter(|(p, _)| *p == pid)
+            .collect();
+        assert_eq!(checks, vec![(pid, "sleep".to_string())]);
         let relative = Path::new("/").join(group.0.strip_prefix(&mount).unwrap());
         let info = process_info(pid, "sleep", false, true);
         assert!(

@@ -1,10 +1,13 @@
-//! Processes as a /proc tree shows them (the machine's, or a fixture's), read through the
-//! procfs crate: which processes exist, their command name and start time, their cgroups
-//! and executable.
+//! Processes as a /proc tree shows them (the machine's, or a fixture's): which processes
+//! exist, their command name and start time, their cgroups and executable. The files are
+//! parsed by the procfs crate; each is opened by path (procfs's `Process` would first
+//! open a directory handle per process, which a scan of every process every few hundred
+//! milliseconds does not need).
 
 use std::path::{Path, PathBuf};
 
-use procfs::process::Process;
+use procfs::process::Stat;
+use procfs::{FromRead, ProcessCGroups};
 
 /// PF_KTHREAD in /proc/PID/stat's flags (include/linux/sched.h).
 const PF_KTHREAD: u32 = 0x0020_0000;
@@ -44,21 +47,20 @@ impl ProcRoot {
 
     /// Every process id in the tree now (empty when it cannot be read).
     pub fn pids(&self) -> Vec<u32> {
-        let Ok(all) = procfs::process::all_processes_with_root(&self.0) else {
+        let Ok(dir) = std::fs::read_dir(&self.0) else {
             return Vec::new();
         };
-        all.flatten()
-            .filter_map(|p| u32::try_from(p.pid()).ok())
+        dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
             .collect()
     }
 
-    fn process(&self, pid: u32) -> Option<Process> {
-        Process::new_with_root(self.0.join(pid.to_string())).ok()
+    fn file(&self, pid: u32, name: &str) -> PathBuf {
+        self.0.join(pid.to_string()).join(name)
     }
 
     /// The process's stat, or None once it is gone.
     pub fn stat(&self, pid: u32) -> Option<ProcStat> {
-        let stat = self.process(pid)?.stat().ok()?;
+        let stat = Stat::from_file(self.file(pid, "stat")).ok()?;
         Some(ProcStat {
             comm: stat.comm,
             start_time: stat.starttime,
@@ -68,7 +70,7 @@ impl ProcRoot {
 
     /// The process's cgroups, one line per hierarchy; None once it is gone.
     pub fn cgroups(&self, pid: u32) -> Option<Vec<CgroupLine>> {
-        let lines = self.process(pid)?.cgroups().ok()?;
+        let lines = ProcessCGroups::from_file(self.file(pid, "cgroup")).ok()?;
         Some(
             lines
                 .0
@@ -84,7 +86,7 @@ impl ProcRoot {
 
     /// The process's executable, when it can be read.
     pub fn exe(&self, pid: u32) -> Option<PathBuf> {
-        self.process(pid)?.exe().ok()
+        std::fs::read_link(self.file(pid, "exe")).ok()
     }
 }
 
