@@ -1,12 +1,13 @@
 //! From raw perf records to rocs samples: which event a record came from, its layout,
 //! and how its data source reads. Shared by live rings and perf.data files.
 
+use byteorder::{ByteOrder, LittleEndian};
 use rocs_core::{DataSource, MemSample};
 
 use crate::abi::*;
 use crate::datasrc::{classify_data_src, decode_ibs_op_raw};
 use crate::plan::SourceRule;
-use crate::record::{parse_sample, sample_id, trailer_id, SampleFormat, Truncated};
+use crate::record::{parse_sample_in, sample_id_in, SampleFormat, Truncated};
 use crate::ring::RawRecord;
 
 /// One kind of event the decoder knows: its layout and how its samples are classified.
@@ -100,25 +101,30 @@ impl Decoder {
         }
     }
 
-    /// The format used for non-sample records (all kinds share sample_id_all layout in
-    /// the events rocs opens and in files perf writes).
-    fn any_format(&self) -> Option<&SampleFormat> {
-        self.kinds.first().map(|k| &k.format)
-    }
-
     /// Decode one record. `target` keeps only samples of that process (None: all).
     #[inline]
     pub fn decode(&self, rec: RawRecord<'_>, target: Option<u32>) -> Result<Decoded, DecodeError> {
+        self.decode_in::<LittleEndian>(rec, target)
+    }
+
+    /// `decode` of a record in byte order `O` (perf.data files of big-endian machines).
+    #[inline]
+    pub fn decode_in<O: ByteOrder>(
+        &self,
+        rec: RawRecord<'_>,
+        target: Option<u32>,
+    ) -> Result<Decoded, DecodeError> {
         match rec.type_ {
             RECORD_SAMPLE => {
                 let first = self.kinds.first().ok_or(DecodeError::UnknownId(0))?;
                 let id = if self.kinds.len() == 1 {
                     None
                 } else {
-                    sample_id(first.format.sample_type, rec.body)
+                    sample_id_in::<O>(first.format.sample_type, rec.body)
                 };
                 let kind = self.kind_of(id)?;
-                let s = parse_sample(&kind.format, rec.body).map_err(DecodeError::Truncated)?;
+                let s =
+                    parse_sample_in::<O>(&kind.format, rec.body).map_err(DecodeError::Truncated)?;
                 if target.is_some_and(|p| p != s.pid) {
                     return Ok(Decoded::SampleOfOtherProcess);
                 }
@@ -130,10 +136,12 @@ impl Decoder {
                         s.data_src.map_or(DataSource::Other, classify_data_src),
                     ),
                     SourceRule::None => (s.addr, s.phys_addr, DataSource::Other),
-                    SourceRule::IbsRaw => match s.raw.and_then(decode_ibs_op_raw) {
-                        Some(op) if op.is_load => (op.vaddr, op.paddr, op.source),
-                        _ => (None, None, DataSource::Other),
-                    },
+                    SourceRule::IbsRaw(enc) => {
+                        match s.raw.and_then(|r| decode_ibs_op_raw(r, enc)) {
+                            Some(op) if op.is_load => (op.vaddr, op.paddr, op.source),
+                            _ => (None, None, DataSource::Other),
+                        }
+                    }
                 };
                 let Some(vaddr) = vaddr else {
                     return Ok(Decoded::SampleWithoutAddress);
@@ -151,22 +159,8 @@ impl Decoder {
                     time: s.time,
                 }))
             }
-            RECORD_LOST => {
-                let lost = rec
-                    .body
-                    .get(8..16)
-                    .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
-                    .unwrap_or(0);
-                Ok(Decoded::Lost(lost))
-            }
-            RECORD_LOST_SAMPLES => {
-                let lost = rec
-                    .body
-                    .get(0..8)
-                    .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
-                    .unwrap_or(0);
-                Ok(Decoded::Lost(lost))
-            }
+            RECORD_LOST => Ok(Decoded::Lost(rec.body.get(8..16).map_or(0, O::read_u64))),
+            RECORD_LOST_SAMPLES => Ok(Decoded::Lost(rec.body.get(0..8).map_or(0, O::read_u64))),
             RECORD_THROTTLE => Ok(Decoded::Throttle),
             RECORD_UNTHROTTLE => Ok(Decoded::Unthrottle),
             RECORD_EXIT | RECORD_FORK => {
@@ -174,9 +168,8 @@ impl Decoder {
                 if b.len() < 16 {
                     return Ok(Decoded::Other);
                 }
-                let pid = u32::from_le_bytes(b[0..4].try_into().expect("4"));
-                let tid = u32::from_le_bytes(b[8..12].try_into().expect("4"));
-                let _ = self.any_format().map(|f| trailer_id(f, b));
+                let pid = O::read_u32(&b[0..4]);
+                let tid = O::read_u32(&b[8..12]);
                 Ok(if rec.type_ == RECORD_EXIT {
                     Decoded::Exit { pid, tid }
                 } else {

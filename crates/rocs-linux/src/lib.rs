@@ -15,10 +15,12 @@ pub mod perfdata;
 pub mod plan;
 pub mod platform;
 pub mod pmu;
+pub mod procs;
 pub mod record;
 pub mod ring;
 pub mod sampler;
 pub mod shim;
+pub mod spe;
 pub mod target;
 
 pub use counters::{CounterEvents, CountersError, LinuxCounters};

@@ -1,13 +1,20 @@
-//! A reader of perf.data files (the perf tool's format, file and pipe mode) that feeds
-//! the same page profile as live sampling: `perf record -d` and `perf mem record` files.
+//! perf.data files (the perf tool's format, file and pipe mode, either byte order,
+//! zstd-compressed or not) into the same page profile as live sampling: `perf record -d`
+//! and `perf mem record` files.
 //!
-//! Layout (tools/perf/Documentation/perf.data-file-format.txt): a header with the magic
-//! "PERFILE2", the attribute section (each perf_event_attr followed by a section of its
-//! sample ids) and the data section of records. In pipe mode the header is 16 bytes and
-//! the attributes arrive as PERF_RECORD_HEADER_ATTR records in the stream.
+//! The linux-perf-data crate reads the file: header, attributes, feature sections,
+//! compressed records, AUX payloads. Sample bodies are read by rocs's own record
+//! parser, which knows the fields the crate skips (WEIGHT, DATA_SRC) and classifies them
+//! the way live samples are.
 
+use std::io::{Cursor, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
+use byteorder::{BigEndian, ByteOrder, LittleEndian};
+use linux_perf_data::linux_perf_event_reader::{
+    AttrFlags, BranchSampleFormat, PerfEventAttr, PerfEventType,
+};
+use linux_perf_data::{PerfFileReader, PerfFileRecord, UserRecordType};
 use serde::Serialize;
 use thiserror::Error;
 
@@ -19,10 +26,12 @@ use crate::ring::RawRecord;
 use rocs_core::PageProfile;
 
 const MAGIC: &[u8; 8] = b"PERFILE2";
+/// The magic as a machine of the other byte order writes it.
 const MAGIC_SWAPPED: &[u8; 8] = b"2ELIFREP";
-const FILE_HEADER_SIZE: u64 = 104;
 const PIPE_HEADER_SIZE: u64 = 16;
-const RECORD_HEADER_TRACING_DATA: u32 = 66;
+/// Offset of the data section's size in a file-mode header.
+const DATA_SIZE_OFFSET: u64 = 48;
+const TYPE_TRACEPOINT: u32 = 2;
 
 #[derive(Debug, Error)]
 pub enum PerfDataError {
@@ -30,16 +39,8 @@ pub enum PerfDataError {
     Io { path: PathBuf, err: std::io::Error },
     #[error("{path}: not a perf.data file (it starts with {found:?}, a perf.data file with \"PERFILE2\"); record one with `perf record -d` or `perf mem record`")]
     NotPerfData { path: PathBuf, found: String },
-    #[error("{path}: a big-endian perf.data file; rocs reads little-endian files only (convert it on the machine that wrote it with `perf inject`)")]
-    BigEndian { path: PathBuf },
-    #[error("{path}: truncated or damaged at byte {offset}: {what} (was `perf record` interrupted? files it could not finish have a zero data size)")]
-    Truncated {
-        path: PathBuf,
-        offset: u64,
-        what: String,
-    },
-    #[error("{path}: compressed records (perf record -z); write an uncompressed copy with `perf inject -i {path} -o plain.data`")]
-    Compressed { path: PathBuf },
+    #[error("{path}: truncated or damaged: {what} (was `perf record` interrupted? files it could not finish have a zero data size)")]
+    Truncated { path: PathBuf, what: String },
     #[error("{path}: the samples carry no data addresses (sample_type of {events} lacks ADDR); record with `perf record -d` or `perf mem record`")]
     NoAddresses { path: PathBuf, events: String },
     #[error("{path}: no samples{filter}; {hint}")]
@@ -55,16 +56,28 @@ pub enum PerfDataError {
 /// One perf_event_attr of the file.
 #[derive(Clone, Debug, Serialize)]
 pub struct FileEvent {
+    /// The event's name where perf wrote one (the EVENT_DESC feature section).
+    pub name: Option<String>,
+    /// perf_event_attr.type: 0 hardware, 1 software, 2 tracepoint, ... or a PMU's own.
     pub type_: u32,
-    pub config: u64,
     pub sample_type: u64,
     pub ids: Vec<u64>,
+}
+
+impl FileEvent {
+    fn describe(&self) -> String {
+        match &self.name {
+            Some(name) => name.clone(),
+            None => format!("an event of type {}", self.type_),
+        }
+    }
 }
 
 /// What the import saw.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct ImportSummary {
     pub pipe_mode: bool,
+    pub big_endian: bool,
     pub events: Vec<FileEvent>,
     /// Sample records in the file (all processes).
     pub sample_records: u64,
@@ -82,87 +95,29 @@ pub struct ImportSummary {
     pub auxtrace_records: u64,
 }
 
-fn u64_at(b: &[u8], off: u64) -> Option<u64> {
-    let off = usize::try_from(off).ok()?;
-    b.get(off..off.checked_add(8)?)
-        .map(|s| u64::from_le_bytes(s.try_into().expect("8 bytes")))
-}
-
-fn u32_at(b: &[u8], off: u64) -> Option<u32> {
-    let off = usize::try_from(off).ok()?;
-    b.get(off..off.checked_add(4)?)
-        .map(|s| u32::from_le_bytes(s.try_into().expect("4 bytes")))
-}
-
-/// Parse a perf_event_attr at the start of `a` (its own `size` says how long it is).
-fn parse_attr(a: &[u8]) -> Option<(FileEvent, SampleFormat)> {
-    let type_ = u32_at(a, 0)?;
-    let config = u64_at(a, 8)?;
-    let sample_type = u64_at(a, 24)?;
-    let read_format = u64_at(a, 32)?;
-    let flags = u64_at(a, 40)?;
-    let branch_sample_type = u64_at(a, 72).unwrap_or(0);
-    let regs_user = u64_at(a, 80).unwrap_or(0);
-    let regs_intr = u64_at(a, 96).unwrap_or(0);
-    Some((
-        FileEvent {
-            type_,
-            config,
-            sample_type,
-            ids: Vec::new(),
-        },
-        SampleFormat {
-            sample_type,
-            read_format,
-            regs_user: regs_user.count_ones(),
-            regs_intr: regs_intr.count_ones(),
-            branch_hw_index: branch_sample_type & BRANCH_SAMPLE_HW_INDEX != 0,
-            branch_counters: branch_sample_type & BRANCH_SAMPLE_COUNTERS != 0,
-            sample_id_all: flags & ATTR_FLAG_SAMPLE_ID_ALL != 0,
-        },
-    ))
-}
-
-struct Reader<'a> {
-    path: &'a Path,
-    decoder: Decoder,
-    formats: Vec<(FileEvent, SampleFormat)>,
-}
-
-impl Reader<'_> {
-    fn truncated(&self, offset: u64, what: impl Into<String>) -> PerfDataError {
-        PerfDataError::Truncated {
-            path: self.path.into(),
-            offset,
-            what: what.into(),
-        }
+/// The attr's type number (the crate parses it into kinds).
+fn type_number(t: &PerfEventType) -> u32 {
+    match t {
+        PerfEventType::Hardware(..) => TYPE_HARDWARE,
+        PerfEventType::Software(_) => TYPE_SOFTWARE,
+        PerfEventType::Tracepoint(_) => TYPE_TRACEPOINT,
+        PerfEventType::HwCache(..) => 3,
+        PerfEventType::Breakpoint(..) => 5,
+        PerfEventType::DynamicPmu(type_, ..) => *type_,
     }
+}
 
-    fn add_event(&mut self, event: FileEvent, format: SampleFormat) -> Result<(), PerfDataError> {
-        if event.sample_type & !SAMPLE_KNOWN != 0 {
-            return Err(PerfDataError::Unsupported {
-                path: self.path.into(),
-                what: format!(
-                    "sample_type {:#x} has fields this reader does not know (a newer perf?)",
-                    event.sample_type
-                ),
-            });
-        }
-        let source = if event.sample_type & SAMPLE_DATA_SRC != 0 {
-            SourceRule::DataSrc
-        } else {
-            SourceRule::None
-        };
-        let index = self.decoder.add_kind(EventKind {
-            format,
-            source,
-            drop_kernel_addresses: false,
-        });
-        for &id in &event.ids {
-            self.decoder.add_id(id, index);
-        }
-        self.formats.push((event, format));
-        Ok(())
+/// How samples of an event are laid out, from its attr.
+fn sample_format(attr: &PerfEventAttr) -> SampleFormat {
+    let branch = attr.branch_sample_format;
+    SampleFormat {
+        sample_type: attr.sample_format.bits(),
+        read_format: attr.read_format.bits(),
+        regs_user: attr.sample_regs_user.count_ones(),
+        regs_intr: attr.sample_regs_intr.count_ones(),
+        branch_hw_index: branch.contains(BranchSampleFormat::HW_INDEX),
+        branch_counters: branch.bits() & BRANCH_SAMPLE_COUNTERS != 0,
+        sample_id_all: attr.flags.contains(AttrFlags::SAMPLE_ID_ALL),
     }
 }
 
@@ -173,11 +128,12 @@ pub fn read_perf_data(
     pid: Option<u32>,
     page_shift: u32,
 ) -> Result<(PageProfile, ImportSummary), PerfDataError> {
-    let bytes = std::fs::read(path).map_err(|err| PerfDataError::Io {
+    let io = |err| PerfDataError::Io {
         path: path.into(),
         err,
-    })?;
-    parse_perf_data(path, &bytes, pid, page_shift)
+    };
+    let file = std::fs::File::open(path).map_err(io)?;
+    import(path, std::io::BufReader::new(file), pid, page_shift)
 }
 
 /// `read_perf_data` on bytes already in memory (`path` names them in messages).
@@ -187,191 +143,224 @@ pub fn parse_perf_data(
     pid: Option<u32>,
     page_shift: u32,
 ) -> Result<(PageProfile, ImportSummary), PerfDataError> {
-    let magic = bytes.get(..8).unwrap_or(bytes);
-    if magic == MAGIC_SWAPPED {
-        return Err(PerfDataError::BigEndian { path: path.into() });
-    }
-    if magic != MAGIC {
-        return Err(PerfDataError::NotPerfData {
+    import(path, Cursor::new(bytes), pid, page_shift)
+}
+
+/// What the first bytes of a file say: its byte order and whether it is a pipe.
+struct Layout {
+    big_endian: bool,
+    pipe_mode: bool,
+}
+
+/// Check the magic and the header before the crate reads the rest, so that foreign and
+/// unfinished files get their own messages.
+fn layout<R: Read + Seek>(path: &Path, input: &mut R) -> Result<Layout, PerfDataError> {
+    let io = |err| PerfDataError::Io {
+        path: path.into(),
+        err,
+    };
+    let mut head = Vec::with_capacity(56);
+    input
+        .by_ref()
+        .take(DATA_SIZE_OFFSET + 8)
+        .read_to_end(&mut head)
+        .map_err(io)?;
+    input.seek(SeekFrom::Start(0)).map_err(io)?;
+    let magic = head.get(..8).unwrap_or(&head);
+    let big_endian = match magic {
+        m if m == MAGIC => false,
+        m if m == MAGIC_SWAPPED => true,
+        m => {
+            return Err(PerfDataError::NotPerfData {
+                path: path.into(),
+                found: String::from_utf8_lossy(m).into_owned(),
+            })
+        }
+    };
+    let u64_at = |off: u64| {
+        let b = head.get(off as usize..off as usize + 8)?;
+        Some(if big_endian {
+            BigEndian::read_u64(b)
+        } else {
+            LittleEndian::read_u64(b)
+        })
+    };
+    let pipe_mode = u64_at(8) == Some(PIPE_HEADER_SIZE);
+    if !pipe_mode && u64_at(DATA_SIZE_OFFSET) == Some(0) {
+        return Err(PerfDataError::Truncated {
             path: path.into(),
-            found: String::from_utf8_lossy(magic).into_owned(),
+            what: "the data section is empty (perf record did not finish writing the file)".into(),
         });
     }
-    let mut r = Reader {
-        path,
-        decoder: Decoder::new(),
-        formats: Vec::new(),
-    };
-    let header_size = u64_at(bytes, 8).ok_or_else(|| r.truncated(8, "the header ends early"))?;
-    let mut summary = ImportSummary::default();
-    let (data_start, data_end) = match header_size {
-        PIPE_HEADER_SIZE => {
-            summary.pipe_mode = true;
-            (PIPE_HEADER_SIZE, bytes.len() as u64)
-        }
-        FILE_HEADER_SIZE => {
-            let field = |off: u64| {
-                u64_at(bytes, off).ok_or_else(|| r.truncated(off, "the header ends early"))
-            };
-            let attr_size = field(16)?;
-            let (attrs_off, attrs_size) = (field(24)?, field(32)?);
-            let (data_off, data_size) = (field(40)?, field(48)?);
-            if attr_size < 16 + 64 || attrs_size % attr_size != 0 {
-                return Err(r.truncated(
-                    16,
-                    format!("attribute entries of {attr_size} bytes in a section of {attrs_size}"),
-                ));
-            }
-            let end = attrs_off
-                .checked_add(attrs_size)
-                .filter(|&e| e <= bytes.len() as u64);
-            if end.is_none() {
-                return Err(r.truncated(attrs_off, format!("the attribute section ({attrs_size} bytes at {attrs_off}) runs past the end of the file ({} bytes)", bytes.len())));
-            }
-            for i in 0..attrs_size / attr_size {
-                let at = attrs_off + i * attr_size;
-                let entry = &bytes[at as usize..(at + attr_size) as usize];
-                let (mut event, format) =
-                    parse_attr(entry).ok_or_else(|| r.truncated(at, "a short perf_event_attr"))?;
-                let ids_off = u64_at(entry, attr_size - 16).unwrap_or(0);
-                let ids_size = u64_at(entry, attr_size - 8).unwrap_or(0);
-                if ids_off
-                    .checked_add(ids_size)
-                    .is_none_or(|e| e > bytes.len() as u64)
-                {
-                    return Err(r.truncated(
-                        ids_off,
-                        "the id list of an event runs past the end of the file",
-                    ));
-                }
-                for k in 0..ids_size / 8 {
-                    event
-                        .ids
-                        .push(u64_at(bytes, ids_off + 8 * k).expect("checked above"));
-                }
-                r.add_event(event, format)?;
-            }
-            if data_size == 0 {
-                return Err(r.truncated(
-                    48,
-                    "the data section is empty (perf record did not finish writing the file)",
-                ));
-            }
-            let end = data_off
-                .checked_add(data_size)
-                .filter(|&e| e <= bytes.len() as u64)
-                .ok_or_else(|| {
-                    r.truncated(
-                        bytes.len() as u64,
-                        format!(
-                            "the data section should end at byte {} but the file has {} bytes",
-                            data_off.saturating_add(data_size),
-                            bytes.len()
-                        ),
-                    )
-                })?;
-            (data_off, end)
-        }
-        other => {
-            return Err(r.truncated(
-                8,
-                format!("header size {other} is neither a file (104) nor a pipe (16) header"),
-            ));
-        }
-    };
+    Ok(Layout {
+        big_endian,
+        pipe_mode,
+    })
+}
 
+/// A failure of the crate reading the file, in rocs's terms.
+fn crate_error(path: &Path, err: linux_perf_data::Error) -> PerfDataError {
+    use linux_perf_data::Error as E;
+    let what = err.to_string();
+    match err {
+        E::IoError(_) | E::Read(_) | E::InvalidPerfEventSize | E::SectionSizeTooBig => {
+            PerfDataError::Truncated {
+                path: path.into(),
+                what,
+            }
+        }
+        E::NoAttributes => PerfDataError::Truncated {
+            path: path.into(),
+            what: "no event descriptions (attributes) in the file".into(),
+        },
+        _ => PerfDataError::Unsupported {
+            path: path.into(),
+            what,
+        },
+    }
+}
+
+fn import<R: Read + Seek>(
+    path: &Path,
+    mut input: R,
+    pid: Option<u32>,
+    page_shift: u32,
+) -> Result<(PageProfile, ImportSummary), PerfDataError> {
+    let layout = layout(path, &mut input)?;
+    let reader = if layout.pipe_mode {
+        PerfFileReader::parse_pipe(input)
+    } else {
+        PerfFileReader::parse_file(input)
+    }
+    .map_err(|e| crate_error(path, e))?;
+    let mut summary = ImportSummary {
+        pipe_mode: layout.pipe_mode,
+        big_endian: layout.big_endian,
+        ..Default::default()
+    };
+    let table = if layout.big_endian {
+        ingest::<BigEndian, R>(path, reader, pid, page_shift, &mut summary)?
+    } else {
+        ingest::<LittleEndian, R>(path, reader, pid, page_shift, &mut summary)?
+    };
+    check_profile(path, table, summary, pid)
+}
+
+/// Count every sample of the file into a page table, samples in byte order `O`.
+fn ingest<O: ByteOrder, R: Read>(
+    path: &Path,
+    reader: PerfFileReader<R>,
+    pid: Option<u32>,
+    page_shift: u32,
+    summary: &mut ImportSummary,
+) -> Result<PageProfile, PerfDataError> {
+    let PerfFileReader {
+        mut perf_file,
+        mut record_iter,
+    } = reader;
+    let mut decoder = Decoder::new();
+    for desc in perf_file.event_attributes() {
+        let event = FileEvent {
+            name: desc.name.clone(),
+            type_: type_number(&desc.attr.type_),
+            sample_type: desc.attr.sample_format.bits(),
+            ids: desc.event_ids.clone(),
+        };
+        if event.sample_type & !SAMPLE_KNOWN != 0 {
+            return Err(PerfDataError::Unsupported {
+                path: path.into(),
+                what: format!(
+                    "sample_type {:#x} of {} has fields this reader does not know (a newer perf?)",
+                    event.sample_type,
+                    event.describe()
+                ),
+            });
+        }
+        let source = if event.sample_type & SAMPLE_DATA_SRC != 0 {
+            SourceRule::DataSrc
+        } else {
+            SourceRule::None
+        };
+        let index = decoder.add_kind(EventKind {
+            format: sample_format(&desc.attr),
+            source,
+            drop_kernel_addresses: false,
+        });
+        for &id in &event.ids {
+            decoder.add_id(id, index);
+        }
+        summary.events.push(event);
+    }
+    let damaged = |what: String| PerfDataError::Truncated {
+        path: path.into(),
+        what,
+    };
     let mut table = PageProfile::new(page_shift);
-    let mut pos = data_start;
-    while pos < data_end {
-        if data_end - pos < 8 {
-            return Err(r.truncated(pos, "a record header is cut off"));
-        }
-        let type_ = u32_at(bytes, pos).expect("in range");
-        let misc = u32_at(bytes, pos + 4).expect("in range") as u16;
-        let size = (u32_at(bytes, pos + 4).expect("in range") >> 16) as u64;
-        if size < 8 || pos + size > data_end {
-            return Err(r.truncated(pos, format!("a record of type {type_} claims {size} bytes")));
-        }
-        let body = &bytes[(pos + 8) as usize..(pos + size) as usize];
-        let mut skip_after = 0u64;
-        match type_ {
-            RECORD_HEADER_ATTR => {
-                let attr_len = u32_at(body, 4).unwrap_or(0) as usize;
-                if attr_len < 64 || attr_len > body.len() {
-                    return Err(r.truncated(pos, "a HEADER_ATTR record with a bad attr size"));
+    while let Some(record) = record_iter
+        .next_record(&mut perf_file)
+        .map_err(|e| crate_error(path, e))?
+    {
+        let record = match record {
+            PerfFileRecord::EventRecord { record, .. } => record,
+            PerfFileRecord::UserRecord(user) => {
+                if user.record_type == UserRecordType::PERF_AUXTRACE {
+                    summary.auxtrace_records += 1;
                 }
-                let (mut event, format) = parse_attr(&body[..attr_len])
-                    .ok_or_else(|| r.truncated(pos, "a short attr"))?;
-                event.ids = body[attr_len..]
-                    .chunks_exact(8)
-                    .map(|c| u64::from_le_bytes(c.try_into().expect("8")))
-                    .collect();
-                r.add_event(event, format)?;
+                continue;
             }
-            RECORD_COMPRESSED | RECORD_COMPRESSED2 => {
-                return Err(PerfDataError::Compressed { path: path.into() });
-            }
-            RECORD_AUXTRACE => {
-                summary.auxtrace_records += 1;
-                skip_after = u64_at(body, 0).unwrap_or(0);
-            }
-            RECORD_HEADER_TRACING_DATA => {
-                skip_after = (u32_at(body, 0).unwrap_or(0) as u64 + 7) & !7;
-            }
-            t if t >= 64 => {}
-            _ => {
-                if type_ == RECORD_SAMPLE {
-                    summary.sample_records += 1;
-                    if r.formats.is_empty() {
-                        return Err(r.truncated(pos, "a sample before any event description"));
-                    }
-                }
-                let rec = RawRecord { type_, misc, body };
-                match r.decoder.decode(rec, pid) {
-                    Ok(Decoded::Sample(s)) => {
-                        if s.vaddr == 0 {
-                            summary.without_address += 1;
-                        } else {
-                            table.record(s.vaddr, s.source);
-                            summary.imported += 1;
-                        }
-                    }
-                    Ok(Decoded::SampleWithoutAddress) => summary.without_address += 1,
-                    Ok(Decoded::SampleOfOtherProcess) => summary.other_processes += 1,
-                    Ok(Decoded::Lost(n)) => summary.lost += n,
-                    Ok(_) => {}
-                    Err(DecodeError::UnknownId(id)) => {
-                        return Err(r.truncated(
-                            pos,
-                            format!("a sample of event id {id}, which no attribute lists"),
-                        ));
-                    }
-                    Err(DecodeError::Truncated(t)) => {
-                        return Err(r.truncated(
-                            pos,
-                            format!("a sample record ends inside its {} field", t.field),
-                        ));
-                    }
+        };
+        let type_ = record.record_type.0;
+        if type_ == RECORD_SAMPLE {
+            summary.sample_records += 1;
+        }
+        let body = record.data.as_slice();
+        let rec = RawRecord {
+            type_,
+            misc: record.misc,
+            body: &body,
+        };
+        match decoder.decode_in::<O>(rec, pid) {
+            Ok(Decoded::Sample(s)) => {
+                if s.vaddr == 0 {
+                    summary.without_address += 1;
+                } else {
+                    table.record(s.vaddr, s.source);
+                    summary.imported += 1;
                 }
             }
-        }
-        pos += size;
-        if skip_after > 0 {
-            pos = pos
-                .checked_add(skip_after)
-                .filter(|&p| p <= data_end)
-                .ok_or_else(|| r.truncated(pos, "an AUX/tracing payload runs past the end"))?;
+            Ok(Decoded::SampleWithoutAddress) => summary.without_address += 1,
+            Ok(Decoded::SampleOfOtherProcess) => summary.other_processes += 1,
+            Ok(Decoded::Lost(n)) => summary.lost += n,
+            Ok(_) => {}
+            Err(DecodeError::UnknownId(id)) => {
+                return Err(damaged(format!(
+                    "a sample of event id {id}, which no attribute lists"
+                )));
+            }
+            Err(DecodeError::Truncated(t)) => {
+                return Err(damaged(format!(
+                    "a sample record ends inside its {} field",
+                    t.field
+                )));
+            }
         }
     }
-    summary.events = r.formats.iter().map(|(e, _)| e.clone()).collect();
+    Ok(table)
+}
+
+/// The profile, or why the file holds none (with what to do).
+fn check_profile(
+    path: &Path,
+    table: PageProfile,
+    mut summary: ImportSummary,
+    pid: Option<u32>,
+) -> Result<(PageProfile, ImportSummary), PerfDataError> {
     // Software and tracepoint events fill DATA_SRC with "not available".
-    summary.has_data_source = summary
-        .events
-        .iter()
-        .any(|e| e.sample_type & SAMPLE_DATA_SRC != 0 && e.type_ != TYPE_SOFTWARE && e.type_ != 2);
-    if summary.events.is_empty() {
-        return Err(r.truncated(data_start, "no event descriptions (attributes) in the file"));
-    }
+    summary.has_data_source = summary.events.iter().any(|e| {
+        e.sample_type & SAMPLE_DATA_SRC != 0
+            && e.type_ != TYPE_SOFTWARE
+            && e.type_ != TYPE_TRACEPOINT
+    });
     if summary
         .events
         .iter()
@@ -380,13 +369,13 @@ pub fn parse_perf_data(
         let events = summary
             .events
             .iter()
-            .map(|e| format!("type {} config {:#x}", e.type_, e.config))
+            .map(FileEvent::describe)
             .collect::<Vec<_>>()
             .join(", ");
         if summary.auxtrace_records > 0 {
             return Err(PerfDataError::Unsupported {
                 path: path.into(),
-                what: "the samples are in an AUX trace (Arm SPE or Intel PT) that rocs does not decode; on the recording machine run `perf inject --itrace=i1i -i FILE -o samples.data` and import that".into(),
+                what: "the samples are in an AUX trace (Arm SPE or Intel PT) that rocs does not read from perf.data; on the recording machine turn it into memory samples with `perf inject --itrace=M -i FILE -o samples.data` and import that".into(),
             });
         }
         return Err(PerfDataError::NoAddresses {

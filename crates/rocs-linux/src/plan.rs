@@ -10,6 +10,7 @@ use thiserror::Error;
 
 use crate::abi::*;
 use crate::cpu::{CpuInfo, KernelVersion, Vendor};
+use crate::datasrc::IbsDataSrcEncoding;
 use crate::pmu::{PmuDevice, PmuInventory};
 
 /// The family of an event plan.
@@ -40,8 +41,8 @@ pub enum SourceRule {
     Fixed(DataSource),
     /// Decode PERF_SAMPLE_DATA_SRC.
     DataSrc,
-    /// Decode the raw IBS op registers (PERF_SAMPLE_RAW).
-    IbsRaw,
+    /// Decode the raw IBS op registers (PERF_SAMPLE_RAW), DataSrc in this encoding.
+    IbsRaw(IbsDataSrcEncoding),
     /// No data source (software events).
     None,
 }
@@ -78,8 +79,9 @@ pub struct EventPlan {
     pub min_period: u64,
     /// Ask for PHYS_ADDR too where the kernel permits it (root / CAP_SYS_ADMIN).
     pub phys_addr: bool,
-    /// Why live recording cannot use this plan, when it cannot (Arm SPE writes an AUX
-    /// trace that rocs does not decode).
+    /// Why live recording cannot use this plan, when it cannot. None for every plan
+    /// `select_plan` gives: a precise plan that cannot be sampled live (Arm SPE) is
+    /// refused there, with what to do.
     pub live_unsupported: Option<String>,
 }
 
@@ -87,6 +89,18 @@ impl EventPlan {
     /// Every event of every group, leaders first.
     pub fn events(&self) -> impl Iterator<Item = &EventSpec> {
         self.groups.iter().flatten()
+    }
+
+    /// The nearest period at or above `period` that the plan's PMU accepts: at least
+    /// `min_period`, and for IBS a multiple of 16 (IbsOpMaxCnt counts in units of 16
+    /// ops, and the kernel's perf_ibs_init refuses periods with any of the low 4 bits
+    /// set).
+    pub fn usable_period(&self, period: u64) -> u64 {
+        let period = period.max(self.min_period).max(1);
+        match self.kind {
+            PlanKind::AmdIbsOp | PlanKind::AmdIbsOpRaw => period.div_ceil(16).saturating_mul(16),
+            _ => period,
+        }
     }
 }
 
@@ -181,7 +195,7 @@ fn hardware_plan(
             intel_plan(cpu, core)
         }
         Vendor::Amd => match pmus.get("ibs_op") {
-            Some(ibs) => Ok(amd_ibs_plan(ibs, kernel)),
+            Some(ibs) => Ok(amd_ibs_plan(cpu, ibs, kernel)),
             None if pmus.core_pmu().is_none() => Err(missing_core_pmu(cpu)),
             None => Err(NoPlan {
                 why: "AMD CPU without the ibs_op PMU (Instruction-Based Sampling is not exposed; hypervisors rarely virtualise IBS)".into(),
@@ -189,7 +203,7 @@ fn hardware_plan(
             }),
         },
         Vendor::Arm => match pmus.arm_spe() {
-            Some(spe) => Ok(arm_spe_plan(spe)),
+            Some(spe) => Err(spe_not_live(spe)),
             None if pmus.core_pmu().is_none() => Err(missing_core_pmu(cpu)),
             None => Err(NoPlan {
                 why: "Arm CPU without an arm_spe PMU (the Statistical Profiling Extension is absent or its driver is not loaded)".into(),
@@ -320,7 +334,7 @@ fn intel_plan(cpu: &CpuInfo, core: &PmuDevice) -> Result<EventPlan, NoPlan> {
     })
 }
 
-fn amd_ibs_plan(ibs: &PmuDevice, kernel: KernelVersion) -> EventPlan {
+fn amd_ibs_plan(cpu: &CpuInfo, ibs: &PmuDevice, kernel: KernelVersion) -> EventPlan {
     // Count dispatched ops rather than cycles, so the period is in ops.
     let mut config = 0;
     if let Some((0, bit)) = ibs.format_bit("cnt_ctl") {
@@ -338,7 +352,7 @@ fn amd_ibs_plan(ibs: &PmuDevice, kernel: KernelVersion) -> EventPlan {
         (
             PlanKind::AmdIbsOpRaw,
             SAMPLE_IDENTIFIER | SAMPLE_TID | SAMPLE_TIME | SAMPLE_RAW,
-            SourceRule::IbsRaw,
+            SourceRule::IbsRaw(IbsDataSrcEncoding::for_cpu(cpu.family, cpu.model)),
             "AMD IBS op sampling, raw IBS registers decoded by rocs (kernel < 6.1)",
         )
     };
@@ -368,39 +382,17 @@ fn amd_ibs_plan(ibs: &PmuDevice, kernel: KernelVersion) -> EventPlan {
     }
 }
 
-fn arm_spe_plan(spe: &PmuDevice) -> EventPlan {
-    let mut words = [0u64; 3];
-    for field in ["ts_enable", "pa_enable", "load_filter", "jitter"] {
-        if let Some((w, bit)) = spe.format_bit(field) {
-            words[w as usize] |= 1 << bit;
-        }
-    }
-    let min: u64 = spe
-        .caps
-        .get("min_interval")
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1024);
-    EventPlan {
-        kind: PlanKind::ArmSpe,
-        label: format!("Arm SPE ({}), loads with data source", spe.name),
-        measures_llc: true,
-        groups: vec![vec![EventSpec {
-            name: spe.name.clone(),
-            pmu_type: spe.type_,
-            config: words[0],
-            config1: words[1],
-            config2: words[2],
-            precise_ip: 0,
-            sample_type: SAMPLE_IDENTIFIER | SAMPLE_TID | SAMPLE_TIME,
-            samples: true,
-            exclude_kernel: true,
-            source: SourceRule::DataSrc,
-        }]],
-        default_period: min.max(4096),
-        min_period: min,
-        phys_addr: true,
-        live_unsupported: Some(
-            "Arm SPE delivers its records as an AUX trace, which rocs does not decode live; record with `perf mem record` and use `perf script` on this machine".into(),
+/// Arm SPE writes its samples into an AUX buffer that rocs decodes (crate::spe) but does
+/// not yet map and drain live: refuse here, at the start, with the way to profile anyway.
+fn spe_not_live(spe: &PmuDevice) -> NoPlan {
+    NoPlan {
+        why: format!(
+            "Arm SPE ({}) is present, but rocs does not sample through its AUX trace live yet",
+            spe.name
+        ),
+        fix: format!(
+            "profile with perf on this machine and import the samples: `perf record -e {}/ts_enable=1,pa_enable=1,load_filter=1/ -d -p PID -- sleep 10`, `perf inject --itrace=M -i perf.data -o mem.data` (M: memory samples), then `rocsctl profile --perf-data mem.data`; or use --event page-faults (rocsd: allow_observe_only = true)",
+            spe.name
         ),
     }
 }
@@ -492,5 +484,24 @@ mod tests {
             with_term("event=0xcd,ldlat=3", "ldlat", 30),
             "event=0xcd,ldlat=30"
         );
+    }
+
+    #[test]
+    fn ibs_periods_are_multiples_of_16() {
+        let mut ibs = PmuDevice {
+            name: "ibs_op".into(),
+            type_: 11,
+            ..Default::default()
+        };
+        ibs.formats.insert("cnt_ctl".into(), "config:19".into());
+        let cpu = CpuInfo::parse("vendor_id : AuthenticAMD\ncpu family : 25\nmodel : 1\n");
+        let plan = amd_ibs_plan(&cpu, &ibs, KernelVersion::new(6, 1, 0));
+        assert_eq!(plan.default_period % 16, 0);
+        assert_eq!(plan.usable_period(100_001), 100_016);
+        assert_eq!(plan.usable_period(100_016), 100_016);
+        assert_eq!(plan.usable_period(1), plan.min_period);
+        let sw = software_page_fault_plan();
+        assert_eq!(sw.usable_period(7), 7);
+        assert_eq!(sw.usable_period(0), 1);
     }
 }

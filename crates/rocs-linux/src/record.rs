@@ -1,5 +1,7 @@
 //! Reading perf records in place: the same code parses a live mmap ring and a perf.data
-//! file. Nothing here allocates.
+//! file (in the byte order of the machine that wrote it). Nothing here allocates.
+
+use byteorder::{ByteOrder, LittleEndian};
 
 use crate::abi::*;
 
@@ -86,17 +88,17 @@ pub struct Truncated {
 }
 
 #[inline(always)]
-fn u64_at(b: &[u8], off: usize, field: &'static str) -> Result<u64, Truncated> {
+fn u64_at<O: ByteOrder>(b: &[u8], off: usize, field: &'static str) -> Result<u64, Truncated> {
     match b.get(off..off + 8) {
-        Some(s) => Ok(u64::from_le_bytes(s.try_into().expect("8 bytes"))),
+        Some(s) => Ok(O::read_u64(s)),
         None => Err(Truncated { field }),
     }
 }
 
 #[inline(always)]
-fn u32_at(b: &[u8], off: usize, field: &'static str) -> Result<u32, Truncated> {
+fn u32_at<O: ByteOrder>(b: &[u8], off: usize, field: &'static str) -> Result<u32, Truncated> {
     match b.get(off..off + 4) {
-        Some(s) => Ok(u32::from_le_bytes(s.try_into().expect("4 bytes"))),
+        Some(s) => Ok(O::read_u32(s)),
         None => Err(Truncated { field }),
     }
 }
@@ -105,42 +107,21 @@ fn u32_at(b: &[u8], off: usize, field: &'static str) -> Result<u32, Truncated> {
 /// place after IP, TID, TIME, ADDR). None when the format has neither.
 #[inline]
 pub fn sample_id(sample_type: u64, body: &[u8]) -> Option<u64> {
+    sample_id_in::<LittleEndian>(sample_type, body)
+}
+
+/// `sample_id` of a record in byte order `O`.
+#[inline]
+pub fn sample_id_in<O: ByteOrder>(sample_type: u64, body: &[u8]) -> Option<u64> {
     if sample_type & SAMPLE_IDENTIFIER != 0 {
-        return u64_at(body, 0, "identifier").ok();
+        return u64_at::<O>(body, 0, "identifier").ok();
     }
     if sample_type & SAMPLE_ID != 0 {
         let off = 8 * [SAMPLE_IP, SAMPLE_TID, SAMPLE_TIME, SAMPLE_ADDR]
             .iter()
             .filter(|&&b| sample_type & b != 0)
             .count();
-        return u64_at(body, off, "id").ok();
-    }
-    None
-}
-
-/// The sample id of a non-sample record from its sample_id trailer (the identifier is
-/// its last word, ID its third-from-last-ish: computed from the type).
-pub fn trailer_id(fmt: &SampleFormat, body: &[u8]) -> Option<u64> {
-    let t = fmt.sample_type;
-    if !fmt.sample_id_all {
-        return None;
-    }
-    if t & SAMPLE_IDENTIFIER != 0 {
-        return body
-            .len()
-            .checked_sub(8)
-            .and_then(|o| u64_at(body, o, "identifier").ok());
-    }
-    if t & SAMPLE_ID != 0 {
-        let after = 8 * [SAMPLE_STREAM_ID, SAMPLE_CPU]
-            .iter()
-            .filter(|&&b| t & b != 0)
-            .count()
-            + 8;
-        return body
-            .len()
-            .checked_sub(after)
-            .and_then(|o| u64_at(body, o, "id").ok());
+        return u64_at::<O>(body, off, "id").ok();
     }
     None
 }
@@ -148,31 +129,40 @@ pub fn trailer_id(fmt: &SampleFormat, body: &[u8]) -> Option<u64> {
 /// Parse the body (after the 8-byte header) of a PERF_RECORD_SAMPLE.
 #[inline]
 pub fn parse_sample<'a>(fmt: &SampleFormat, b: &'a [u8]) -> Result<Sample<'a>, Truncated> {
+    parse_sample_in::<LittleEndian>(fmt, b)
+}
+
+/// `parse_sample` of a record in byte order `O`.
+#[inline]
+pub fn parse_sample_in<'a, O: ByteOrder>(
+    fmt: &SampleFormat,
+    b: &'a [u8],
+) -> Result<Sample<'a>, Truncated> {
     let t = fmt.sample_type;
     let mut s = Sample::default();
     let mut o = 0usize;
     if t & SAMPLE_IDENTIFIER != 0 {
-        s.id = u64_at(b, o, "identifier")?;
+        s.id = u64_at::<O>(b, o, "identifier")?;
         o += 8;
     }
     if t & SAMPLE_IP != 0 {
         o += 8;
     }
     if t & SAMPLE_TID != 0 {
-        s.pid = u32_at(b, o, "pid")?;
-        s.tid = u32_at(b, o + 4, "tid")?;
+        s.pid = u32_at::<O>(b, o, "pid")?;
+        s.tid = u32_at::<O>(b, o + 4, "tid")?;
         o += 8;
     }
     if t & SAMPLE_TIME != 0 {
-        s.time = u64_at(b, o, "time")?;
+        s.time = u64_at::<O>(b, o, "time")?;
         o += 8;
     }
     if t & SAMPLE_ADDR != 0 {
-        s.addr = Some(u64_at(b, o, "addr")?);
+        s.addr = Some(u64_at::<O>(b, o, "addr")?);
         o += 8;
     }
     if t & SAMPLE_ID != 0 {
-        s.id = u64_at(b, o, "id")?;
+        s.id = u64_at::<O>(b, o, "id")?;
         o += 8;
     }
     o += 8 * [SAMPLE_STREAM_ID, SAMPLE_CPU, SAMPLE_PERIOD]
@@ -202,7 +192,7 @@ pub fn parse_sample<'a>(fmt: &SampleFormat, b: &'a [u8]) -> Result<Sample<'a>, T
     if t & SAMPLE_READ != 0 {
         let len = fmt.read_len();
         if len == usize::MAX {
-            let nr = u64_at(b, o, "read.nr")? as usize;
+            let nr = u64_at::<O>(b, o, "read.nr")? as usize;
             let f = fmt.read_format;
             let times = (f & FORMAT_TOTAL_TIME_ENABLED != 0) as usize
                 + (f & FORMAT_TOTAL_TIME_RUNNING != 0) as usize;
@@ -216,14 +206,14 @@ pub fn parse_sample<'a>(fmt: &SampleFormat, b: &'a [u8]) -> Result<Sample<'a>, T
         }
     }
     if t & SAMPLE_CALLCHAIN != 0 {
-        let nr = u64_at(b, o, "callchain.nr")? as usize;
+        let nr = u64_at::<O>(b, o, "callchain.nr")? as usize;
         o = nr
             .checked_mul(8)
             .and_then(|n| n.checked_add(o + 8))
             .ok_or(Truncated { field: "callchain" })?;
     }
     if t & SAMPLE_RAW != 0 {
-        let size = u32_at(b, o, "raw.size")? as usize;
+        let size = u32_at::<O>(b, o, "raw.size")? as usize;
         let start = o + 4;
         s.raw = Some(
             b.get(start..start + size)
@@ -234,7 +224,7 @@ pub fn parse_sample<'a>(fmt: &SampleFormat, b: &'a [u8]) -> Result<Sample<'a>, T
         o = (o + 7) & !7;
     }
     if t & SAMPLE_BRANCH_STACK != 0 {
-        let nr = u64_at(b, o, "branch.nr")? as usize;
+        let nr = u64_at::<O>(b, o, "branch.nr")? as usize;
         o += 8;
         if fmt.branch_hw_index {
             o += 8;
@@ -248,14 +238,14 @@ pub fn parse_sample<'a>(fmt: &SampleFormat, b: &'a [u8]) -> Result<Sample<'a>, T
             })?;
     }
     if t & SAMPLE_REGS_USER != 0 {
-        let abi = u64_at(b, o, "regs_user.abi")?;
+        let abi = u64_at::<O>(b, o, "regs_user.abi")?;
         o += 8;
         if abi != 0 {
             o += 8 * fmt.regs_user as usize;
         }
     }
     if t & SAMPLE_STACK_USER != 0 {
-        let size = u64_at(b, o, "stack_user.size")? as usize;
+        let size = u64_at::<O>(b, o, "stack_user.size")? as usize;
         o = size.checked_add(o + 8).ok_or(Truncated {
             field: "stack_user",
         })?;
@@ -264,7 +254,7 @@ pub fn parse_sample<'a>(fmt: &SampleFormat, b: &'a [u8]) -> Result<Sample<'a>, T
         }
     }
     if t & (SAMPLE_WEIGHT | SAMPLE_WEIGHT_STRUCT) != 0 {
-        let w = u64_at(b, o, "weight")?;
+        let w = u64_at::<O>(b, o, "weight")?;
         // WEIGHT_STRUCT: var1 (the latency) is the low 32 bits.
         s.weight = if t & SAMPLE_WEIGHT_STRUCT != 0 {
             w & 0xffff_ffff
@@ -274,21 +264,21 @@ pub fn parse_sample<'a>(fmt: &SampleFormat, b: &'a [u8]) -> Result<Sample<'a>, T
         o += 8;
     }
     if t & SAMPLE_DATA_SRC != 0 {
-        s.data_src = Some(u64_at(b, o, "data_src")?);
+        s.data_src = Some(u64_at::<O>(b, o, "data_src")?);
         o += 8;
     }
     if t & SAMPLE_TRANSACTION != 0 {
         o += 8;
     }
     if t & SAMPLE_REGS_INTR != 0 {
-        let abi = u64_at(b, o, "regs_intr.abi")?;
+        let abi = u64_at::<O>(b, o, "regs_intr.abi")?;
         o += 8;
         if abi != 0 {
             o += 8 * fmt.regs_intr as usize;
         }
     }
     if t & SAMPLE_PHYS_ADDR != 0 {
-        s.phys_addr = Some(u64_at(b, o, "phys_addr")?);
+        s.phys_addr = Some(u64_at::<O>(b, o, "phys_addr")?);
         o += 8;
     }
     if o > b.len() {

@@ -44,6 +44,12 @@ pub enum SamplerError {
     Ring(io::Error),
     #[error("a sample record could not be read: {0}")]
     Corrupt(String),
+    #[error("the kernel refused sample period {period} ({err}); the period stays {kept}")]
+    PeriodRefused {
+        period: u64,
+        kept: u64,
+        err: io::Error,
+    },
 }
 
 /// Running totals of one target's sampling, for progress lines and reports.
@@ -59,8 +65,10 @@ pub struct SamplingStats {
     pub other_processes: u64,
     /// The sample period in use now.
     pub period: u64,
-    /// How often the CPU budget moved the period.
+    /// How often the period changed (the kernel took a new one).
     pub period_changes: u64,
+    /// How often the kernel refused a new period (the old one stayed).
+    pub period_refusals: u64,
     /// Events opened (threads x CPUs x events).
     pub events: u64,
     pub rings: u64,
@@ -116,6 +124,33 @@ fn ioctl_period(fd: RawFd, period: u64) -> io::Result<()> {
     } else {
         Ok(())
     }
+}
+
+/// Give every sampling event of a session a new period (rounded for the plan's PMU),
+/// all or none: on a refusal the events already changed get the old period back.
+fn change_period(s: &mut Session, plan: &EventPlan, period: u64) -> Result<u64, SamplerError> {
+    let old = s.stats.period;
+    let new = plan.usable_period(period);
+    if new == old {
+        return Ok(old);
+    }
+    for (i, &fd) in s.sampling_fds.iter().enumerate() {
+        if let Err(err) = ioctl_period(fd, new) {
+            for &done in &s.sampling_fds[..i] {
+                // The kernel took `old` on these events before; it takes it again.
+                let _ = ioctl_period(done, old);
+            }
+            s.stats.period_refusals += 1;
+            return Err(SamplerError::PeriodRefused {
+                period: new,
+                kept: old,
+                err,
+            });
+        }
+    }
+    s.stats.period = new;
+    s.stats.period_changes += 1;
+    Ok(new)
 }
 
 fn ioctl_set_output(fd: RawFd, target: RawFd) -> io::Result<()> {
@@ -211,13 +246,8 @@ impl LinuxSampler {
             let period = s.stats.period;
             let new_period = next_period(period, s.requested_period, share, s.budget);
             if new_period != period {
-                for &fd in &s.sampling_fds {
-                    // A thread that just exited may have closed under us; the others
-                    // still take the new period.
-                    let _ = ioctl_period(fd, new_period);
-                }
-                s.stats.period = new_period;
-                s.stats.period_changes += 1;
+                // A refusal keeps the period in use; it is counted in the stats.
+                let _ = change_period(s, &self.plan, new_period);
             }
             s.window_start = Instant::now();
             s.window_samples = 0;
@@ -227,6 +257,21 @@ impl LinuxSampler {
             return Err(SamplerError::Corrupt(format!("{e:?}")));
         }
         Ok(std::mem::take(&mut s.pending))
+    }
+
+    /// Set the sample period of every sampling event of `pid`, rounded to one the PMU
+    /// accepts; returns the period the kernel took. If the kernel refuses it, the events
+    /// keep the period they had and so does `stats().period`.
+    ///
+    /// Threads the kernel started following (by inherit) before this call keep the old
+    /// period: PERF_EVENT_IOC_PERIOD reaches the event it is called on, not its inherited
+    /// copies. Threads created afterwards inherit the new one.
+    pub fn set_period(&mut self, pid: Pid, period: u64) -> Result<u64, SamplerError> {
+        let s = self
+            .sessions
+            .get_mut(&pid)
+            .ok_or(SamplerError::NotSampling(pid))?;
+        change_period(s, &self.plan, period)
     }
 
     /// A session with its decoder, before any event is open.
@@ -449,7 +494,7 @@ impl Sampler for LinuxSampler {
         let period = if plan.period == 0 {
             self.plan.default_period
         } else {
-            plan.period.max(self.plan.min_period)
+            self.plan.usable_period(plan.period)
         };
         let mut session = self.open_all(pid, period)?;
         session.budget = plan.cpu_budget;

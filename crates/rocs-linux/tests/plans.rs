@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use rocs_core::DataSource;
 use rocs_linux::abi::*;
+use rocs_linux::datasrc::IbsDataSrcEncoding;
 use rocs_linux::{
     detect_geometry, select_plan, CpuInfo, EventChoice, KernelVersion, PlanKind, PmuInventory,
     SourceRule,
@@ -80,20 +81,30 @@ fn zen3_and_zen4_use_ibs_op_with_its_dynamic_type() {
     let old = select_plan(&cpu, &pmus, KernelVersion::new(5, 15, 0), EventChoice::Auto).unwrap();
     assert_eq!(old.kind, PlanKind::AmdIbsOpRaw);
     let ev = old.events().next().unwrap();
-    assert_eq!(ev.source, SourceRule::IbsRaw);
+    // Zen 3 (family 19h): the PPR's DataSrc encoding, with erratum 1293 on models 00h-0Fh.
+    assert_eq!(
+        ev.source,
+        SourceRule::IbsRaw(IbsDataSrcEncoding::Zen {
+            erratum_1293: cpu.model <= 0x0f
+        })
+    );
     assert!(ev.sample_type & SAMPLE_RAW != 0 && ev.sample_type & SAMPLE_DATA_SRC == 0);
 }
 
 #[test]
-fn neoverse_uses_arm_spe() {
+fn neoverse_with_spe_is_refused_with_what_to_do() {
+    // rocsd's probe takes any plan select_plan gives; an SPE plan it cannot sample live
+    // would start "full" and fail every target. It must refuse at start instead.
     let (cpu, pmus, _) = fixture("neoverse-n1");
-    let plan = select_plan(&cpu, &pmus, NEW, EventChoice::Auto).unwrap();
-    assert_eq!(plan.kind, PlanKind::ArmSpe);
-    let ev = plan.events().next().unwrap();
-    assert_eq!(ev.pmu_type, 9);
-    assert_eq!(ev.config, 1 | 2 | (1 << 16) | (1 << 33));
-    assert_eq!(plan.min_period, 1024);
-    assert!(plan.live_unsupported.is_some());
+    let err = select_plan(&cpu, &pmus, NEW, EventChoice::Auto).unwrap_err();
+    assert!(err.why.contains("arm_spe_0"), "{err}");
+    assert!(
+        err.fix.contains("perf inject") && err.fix.contains("rocsctl profile --perf-data"),
+        "{err}"
+    );
+    assert!(err.fix.contains("allow_observe_only"), "{err}");
+    let sw = select_plan(&cpu, &pmus, NEW, EventChoice::PageFaults).unwrap();
+    assert_eq!(sw.kind, PlanKind::SoftwarePageFaults);
 }
 
 #[test]
