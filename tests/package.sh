@@ -223,6 +223,10 @@ doctor=$(in_image rocsctl doctor --json) || fail "rocsctl doctor --json failed i
 python3 -c 'import json, sys; c = json.load(sys.stdin)["checks"]; assert c, "no checks"' \
     <<<"$doctor" || fail "rocsctl doctor --json is not a list of checks: $doctor"
 echo "rocsctl doctor --json: $(grep -c '"name"' <<<"$doctor") checks"
+# What the DaemonSet runs besides rocsd: nsenter (into the host's cgroup namespace) and the
+# policy-reload container's shell loop.
+in_image sh -c 'command -v nsenter readlink sleep rocsctl' >/dev/null ||
+    fail "the image lacks a program the DaemonSet runs (nsenter, readlink, sleep, rocsctl)"
 cleanup
 podman rmi --force "$podman_image" >/dev/null 2>&1 || true
 
