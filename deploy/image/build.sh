@@ -3,7 +3,9 @@
 # container engine:
 #   1. mmdebstrap makes a minimal Debian bookworm root (the Essential packages, from the Debian
 #      mirror apt uses here) with the rocs package installed into it, as one tar;
-#   2. umoci writes that tar as the single layer of an OCI image layout, and sets the entrypoint.
+#   2. umoci writes that tar as the single layer of an OCI image layout, and sets the entrypoint
+#      (umoci works on the layout directory alone; buildah or podman would need a container
+#      storage and, to commit, a runtime that can start containers, which not every CI has).
 # Output: target/image/rocs, an OCI image layout tagged with the package's upstream version.
 # Push it with: skopeo copy oci:target/image/rocs:VERSION docker://REGISTRY/rocs:VERSION
 # Usage: deploy/image/build.sh [ROCS_DEB]   (default: built by deploy/debian/build.sh)
