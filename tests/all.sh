@@ -25,6 +25,7 @@ step "cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 step "cargo test"
 cargo test --workspace --locked
+step "deployment manifests (tests/manifests.sh)" && tests/manifests.sh
 
 if [ -x tests/vm/run.sh ]; then
     step "kernel module in a real kernel (tests/vm/run.sh)"
