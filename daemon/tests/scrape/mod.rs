@@ -29,30 +29,40 @@ pub struct Response {
 
 /// One request on a fresh connection (HTTP/1.0: the server closes after answering, and the
 /// body is neither chunked nor compressed).
-pub fn request(addr: &str, method: &str, path: &str, accept: Option<&str>) -> Response {
-    let mut s = TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
+pub fn try_request(
+    addr: &str,
+    method: &str,
+    path: &str,
+    accept: Option<&str>,
+) -> Result<Response, String> {
+    let mut s = TcpStream::connect(addr).map_err(|e| format!("connect {addr}: {e}"))?;
     s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
     let accept = accept.map_or(String::new(), |a| format!("Accept: {a}\r\n"));
     write!(
         s,
         "{method} {path} HTTP/1.0\r\nHost: {addr}\r\n{accept}\r\n"
     )
-    .unwrap();
+    .map_err(|e| format!("send to {addr}: {e}"))?;
     let mut raw = String::new();
-    s.read_to_string(&mut raw).unwrap();
+    s.read_to_string(&mut raw)
+        .map_err(|e| format!("read from {addr}: {e}"))?;
     let (head, body) = raw
         .split_once("\r\n\r\n")
-        .unwrap_or_else(|| panic!("no HTTP head in {raw:?}"));
+        .ok_or_else(|| format!("no HTTP head in {raw:?}"))?;
     let status = head
         .split(' ')
         .nth(1)
         .and_then(|c| c.parse().ok())
-        .unwrap_or_else(|| panic!("no status in {head:?}"));
-    Response {
+        .ok_or_else(|| format!("no status in {head:?}"))?;
+    Ok(Response {
         status,
         head: head.to_ascii_lowercase(),
         body: body.to_string(),
-    }
+    })
+}
+
+pub fn request(addr: &str, method: &str, path: &str, accept: Option<&str>) -> Response {
+    try_request(addr, method, path, accept).unwrap_or_else(|e| panic!("{e}"))
 }
 
 pub fn get(addr: &str, path: &str) -> Response {
@@ -195,4 +205,16 @@ pub fn selected_metrics(expr: &str) -> Vec<String> {
         }
     }
     names
+}
+
+/// `text` as a URL query value (everything but unreserved characters percent-encoded).
+pub fn url_encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
 }
