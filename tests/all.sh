@@ -18,6 +18,18 @@ if [ ${#need[@]} -gt 0 ]; then
     step "installing ${need[*]}"
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
 fi
+# A real Prometheus scrapes rocsd and promtool checks a scrape (daemon/tests/prometheus.rs;
+# it skips, saying why, when it is missing and this user is not root). Without recommends:
+# they would bring node-exporter and its collectors.
+if ! command -v prometheus >/dev/null || ! command -v promtool >/dev/null; then
+    if [ "$(id -u)" = 0 ]; then
+        step "installing prometheus"
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+            --no-install-recommends prometheus >/dev/null
+    else
+        echo "not root: prometheus cannot be installed; daemon/tests/prometheus.rs will skip"
+    fi
+fi
 
 step "cargo fmt --check"
 cargo fmt --all -- --check

@@ -158,6 +158,30 @@ pub struct Daemon {
     /// The rocs group, whose members may read.
     pub rocs_gid: Option<u32>,
     reload_lock: tokio::sync::Mutex<()>,
+    /// The counters of targets that are gone, so that the machine's totals never go back.
+    retired: Mutex<TargetTotals>,
+    /// CPU time the platform spent sampling, in nanoseconds (the hosts add to it).
+    sampling_cpu_ns: AtomicU64,
+}
+
+/// Counters summed over targets: per machine, they count every target since rocsd started.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TargetTotals {
+    pub samples: u64,
+    pub lost_samples: u64,
+    pub throttled_samples: u64,
+    pub pages_migrated: u64,
+    pub migration_failures: u64,
+}
+
+impl TargetTotals {
+    fn add(&mut self, t: &TargetSummary) {
+        self.samples += t.samples;
+        self.lost_samples += t.lost_samples;
+        self.throttled_samples += t.throttled_samples;
+        self.pages_migrated += t.pages_migrated;
+        self.migration_failures += t.migration_failures;
+    }
 }
 
 /// How long a host may take to answer a query before the client is told it is busy.
@@ -193,6 +217,8 @@ impl Daemon {
             paused: AtomicBool::new(false),
             rocs_gid,
             reload_lock: tokio::sync::Mutex::new(()),
+            retired: Mutex::new(TargetTotals::default()),
+            sampling_cpu_ns: AtomicU64::new(0),
         })
     }
 
@@ -220,9 +246,38 @@ impl Daemon {
     }
 
     pub fn unregister(&self, pid: Pid) {
-        if self.targets.lock().unwrap().remove(&pid).is_some() {
+        let mut targets = self.targets.lock().unwrap();
+        if let Some(gone) = targets.remove(&pid) {
             self.targets_exited.fetch_add(1, Ordering::Relaxed);
+            // Under the registry's lock: a reader of `totals` sees the target once, either
+            // attached or retired.
+            let last = gone.summary.lock().unwrap().clone();
+            self.retired.lock().unwrap().add(&last);
         }
+    }
+
+    /// The counters of every target since start, attached now or gone.
+    pub fn totals(&self) -> TargetTotals {
+        let targets = self.targets.lock().unwrap();
+        let mut totals = *self.retired.lock().unwrap();
+        for t in targets.values() {
+            totals.add(&t.summary.lock().unwrap());
+        }
+        totals
+    }
+
+    /// The platform spent `cost` of CPU time sampling.
+    // Not called yet: the hosts (sim.rs, linux.rs) are to add what their sampler measures
+    // against its CPU budget; until then `rocs_sampling_cpu_seconds_total` stays at 0.
+    #[allow(dead_code)]
+    pub fn add_sampling_cpu(&self, cost: Duration) {
+        let ns = u64::try_from(cost.as_nanos()).unwrap_or(u64::MAX);
+        self.sampling_cpu_ns.fetch_add(ns, Ordering::Relaxed);
+    }
+
+    /// CPU time spent sampling since start.
+    pub fn sampling_cpu(&self) -> Duration {
+        Duration::from_nanos(self.sampling_cpu_ns.load(Ordering::Relaxed))
     }
 
     /// A target's events opened and were read (its first window was measured).

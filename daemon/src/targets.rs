@@ -69,6 +69,9 @@ impl Target {
             pages_confined: 0,
             samples: 0,
             lost_samples: 0,
+            throttled_samples: 0,
+            pages_migrated: 0,
+            migration_failures: 0,
             uptime_s: 0.0,
             last_error: None,
         };
@@ -135,6 +138,9 @@ impl Target {
         s.pages_confined = c.confined().len();
         s.samples = stats.samples;
         s.lost_samples = stats.samples_lost;
+        s.throttled_samples = stats.samples_throttled;
+        s.pages_migrated = stats.pages_migrated;
+        s.migration_failures = stats.migrations_failed;
         s.uptime_s = self.started.elapsed().as_secs_f64();
         s.last_error = self.last_error.clone();
     }

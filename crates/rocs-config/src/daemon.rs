@@ -11,7 +11,8 @@
 //! restore_on_exit = true            # move confined pages back when rocsd stops
 //! allow_observe_only = false        # run without a PMU (software events only)
 //! client_timeout_ms = 10000         # a control client must send a line within this
-//! metrics = "127.0.0.1:9477"        # Prometheus text metrics; absent = off
+//! metrics = "9477"                  # Prometheus metrics on 127.0.0.1:9477 (a port alone
+//!                                   # is loopback; "0.0.0.0:9477" any address); absent = off
 //! [knobs]                           # defaults for every policy
 //! [geometry]                        # override the detected LLC geometry
 //! [sim]                             # the simulated platform: machine, window_cycles,
@@ -213,6 +214,15 @@ struct RawSimWorkload {
     scale: Option<toml::Spanned<f64>>,
 }
 
+/// Where to serve metrics: a port alone means loopback (the metrics name the machine's
+/// workloads, so exposing them beyond it is a choice to write out); an address is taken as is.
+fn metrics_address(text: &str) -> Option<SocketAddr> {
+    match text.parse::<u16>() {
+        Ok(port) => Some(SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, port))),
+        Err(_) => text.parse().ok(),
+    }
+}
+
 impl DaemonConfig {
     /// Read rocsd.toml from `file`.
     pub fn load(file: &Path) -> Result<Self, ConfigError> {
@@ -296,23 +306,16 @@ impl DaemonConfig {
             c.allow_observe_only = o;
         }
         if let Some(m) = raw.metrics {
-            let addr: SocketAddr = m.get_ref().parse().map_err(|_| {
+            c.metrics = Some(metrics_address(m.get_ref()).ok_or_else(|| {
                 ConfigError::at(
                     at(m.span()),
                     format!(
-                        "metrics {:?} is not an address like \"127.0.0.1:9477\"",
+                        "metrics {:?} is neither a port (\"9477\", on loopback) nor an address \
+                         (\"127.0.0.1:9477\", \"0.0.0.0:9477\", \"[::]:9477\")",
                         m.get_ref()
                     ),
                 )
-            })?;
-            // The metrics name the workloads of the machine; they are for a local scraper.
-            if !addr.ip().is_loopback() {
-                return Err(ConfigError::at(
-                    at(m.span()),
-                    format!("metrics {addr} is not a loopback address; use 127.0.0.1 or [::1]"),
-                ));
-            }
-            c.metrics = Some(addr);
+            })?);
         }
         if let Some(k) = raw.knobs.0 {
             let span = k.span();
@@ -467,11 +470,24 @@ scale = 0.5
     }
 
     #[test]
+    fn metrics_on_loopback_unless_an_address_is_given() {
+        let metrics = |text: &str| {
+            DaemonConfig::parse(Path::new("rocsd.toml"), text)
+                .unwrap()
+                .metrics
+                .unwrap()
+                .to_string()
+        };
+        assert_eq!(metrics("metrics = \"9477\""), "127.0.0.1:9477");
+        assert_eq!(metrics("metrics = \"[::1]:9477\""), "[::1]:9477");
+        assert_eq!(metrics("metrics = \"0.0.0.0:9100\""), "0.0.0.0:9100");
+    }
+
+    #[test]
     fn errors_are_placed() {
         let f = Path::new("rocsd.toml");
         let cases = [
             ("platform = \"windows\"\n", "rocsd.toml:1:12:"),
-            ("metrics = \"0.0.0.0:9477\"\n", "rocsd.toml:1:11:"),
             ("metrics = \"localhost\"\n", "rocsd.toml:1:11:"),
             ("\nscan_interval_ms = 5000\n", "rocsd.toml:2:20:"),
             ("sockett = \"/x\"\n", "rocsd.toml:1:1:"),

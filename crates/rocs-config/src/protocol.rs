@@ -321,6 +321,15 @@ pub struct TargetSummary {
     pub pages_confined: usize,
     pub samples: u64,
     pub lost_samples: u64,
+    /// Samples the kernel withheld to keep the sampling rate in bounds.
+    #[serde(default)]
+    pub throttled_samples: u64,
+    /// Pages moved, into the pollute buffer or back.
+    #[serde(default)]
+    pub pages_migrated: u64,
+    /// Pages that could not be moved.
+    #[serde(default)]
+    pub migration_failures: u64,
     pub uptime_s: f64,
     /// The last error the platform gave for this target, if any.
     pub last_error: Option<String>,
