@@ -35,7 +35,10 @@ const ADMIN_RESERVE: usize = 64;
 const MAX_PER_READER: usize = 32;
 /// Refused clients being answered at once; beyond this a refusal is written without waiting
 /// for the request (a flood: the client may then fail to write before it reads).
-const MAX_REFUSING: usize = 256;
+const MAX_REFUSING: usize = 512;
+/// The longest request line a refused client may send; only its id is wanted (rocsctl's
+/// requests are far shorter).
+const MAX_REFUSED_LINE: usize = 4096;
 /// How long a refused client has to send its request line before it is answered anyway.
 const REFUSAL_READ_TIMEOUT: Duration = Duration::from_secs(2);
 /// At most one refusal is logged per this interval; the others are counted in the next one.
@@ -357,14 +360,12 @@ pub async fn serve(
 /// it has finished writing before the connection closes) and echo its id.
 async fn refuse(stream: UnixStream, refusal: &ErrorReply) {
     let (read, mut write) = stream.into_split();
-    let mut read = BufReader::new(read);
-    let id =
-        match tokio::time::timeout(REFUSAL_READ_TIMEOUT, read_line(&mut read, MAX_REQUEST_LINE))
-            .await
-        {
-            Ok(Ok(Line::Complete(line))) => request_id(&line),
-            _ => None,
-        };
+    let mut read = BufReader::with_capacity(1024, read);
+    let line = read_line(&mut read, MAX_REFUSED_LINE);
+    let id = match tokio::time::timeout(REFUSAL_READ_TIMEOUT, line).await {
+        Ok(Ok(Line::Complete(line))) => request_id(&line),
+        _ => None,
+    };
     let _ = send(&mut write, &encode_reply(id.as_ref(), Err(refusal))).await;
 }
 
