@@ -14,6 +14,7 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -120,12 +121,17 @@ fn peer_access(stream: &UnixStream, rocs_gid: Option<u32>, own_uid: u32) -> Acce
     let mut groups = vec![cred.gid()];
     match peer_groups(stream.as_fd()) {
         Ok(g) => groups.extend(g),
-        // Only the primary group then counts: a member by a supplementary group is refused,
-        // and says so.
-        Err(e) => tracing::warn!(
-            "cannot read the groups of a control client (uid {}): {e}",
-            cred.uid()
-        ),
+        // Only the primary group then counts. Said once: it is the kernel's doing (before
+        // 4.13 there is no SO_PEERGROUPS), not the client's.
+        Err(e) => {
+            static SAID: AtomicBool = AtomicBool::new(false);
+            if !SAID.swap(true, Ordering::Relaxed) {
+                tracing::warn!(
+                    "cannot read the groups of control clients (SO_PEERGROUPS: {e}); only \
+                     their primary group lets them read"
+                );
+            }
+        }
     }
     access_for(cred.uid(), &groups, rocs_gid, own_uid)
 }

@@ -389,7 +389,13 @@ mod tests {
 
     #[test]
     fn doctor_does_not_tell_the_user_to_run_doctor() {
-        for errno in [libc::ENOENT, libc::EOPNOTSUPP, libc::EINVAL, libc::EACCES, libc::EBUSY] {
+        for errno in [
+            libc::ENOENT,
+            libc::EOPNOTSUPP,
+            libc::EINVAL,
+            libc::EACCES,
+            libc::EBUSY,
+        ] {
             let e = std::io::Error::from_raw_os_error(errno);
             let why = explain_here(&e, "instructions");
             assert!(!why.contains("rocsctl doctor"), "{errno}: {why}");
