@@ -1,16 +1,26 @@
 //! The control socket: newline-delimited JSON, one request per line, the peer's credentials
-//! (SO_PEERCRED) deciding what it may do. Every client is bounded: a line length limit, a
-//! read timeout, a write timeout and a cap on concurrent clients, so that no client can stall
-//! the daemon or the others.
+//! (SO_PEERCRED and SO_PEERGROUPS) deciding what it may do. Every client is bounded: a line
+//! length limit, a read timeout, a write timeout and a cap on concurrent clients, so that no
+//! client can stall the daemon or the others.
+//!
+//! Fairness: a peer's credentials are read when it is accepted, before it takes a slot.
+//! Readers (members of the rocs group) share fewer slots than there are, at most
+//! [`MAX_PER_READER`] each, so that idle connections of one user cannot starve the others and
+//! root always finds a slot. A refused client is told why in a reply it can read: its request
+//! line is read first, so it is never closed on while still writing (EPIPE).
 
+use std::collections::HashMap;
 use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use rocs_config::protocol::{encode_reply, parse_request, ErrorCode, ErrorReply, MAX_REQUEST_LINE};
+use serde_json::Value;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{watch, Semaphore};
@@ -19,6 +29,21 @@ use crate::state::Daemon;
 
 /// Clients served at once; more are told to come back.
 const MAX_CLIENTS: usize = 256;
+/// Slots only root (or rocsd's own user) may take, so that it is served however many readers
+/// are connected.
+const ADMIN_RESERVE: usize = 64;
+/// Slots one reader (a uid that is not root) may hold at once.
+const MAX_PER_READER: usize = 32;
+/// Refused clients being answered at once; beyond this a refusal is written without waiting
+/// for the request (a flood: the client may then fail to write before it reads).
+const MAX_REFUSING: usize = 512;
+/// The longest request line a refused client may send; only its id is wanted (rocsctl's
+/// requests are far shorter).
+const MAX_REFUSED_LINE: usize = 4096;
+/// How long a refused client has to send its request line before it is answered anyway.
+const REFUSAL_READ_TIMEOUT: Duration = Duration::from_secs(2);
+/// At most one refusal is logged per this interval; the others are counted in the next one.
+const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(10);
 /// A reply must be taken by the client within this.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -43,23 +68,181 @@ pub fn access_for(uid: u32, groups: &[u32], rocs_gid: Option<u32>, own_uid: u32)
     }
 }
 
-/// The group ids of process `pid` (from /proc/PID/status: `Gid:` real and effective, and
-/// `Groups:`). The process may be gone by now; then it has none.
-fn groups_of(pid: Option<i32>, primary: u32) -> Vec<u32> {
-    let mut groups = vec![primary];
-    let Some(pid) = pid else { return groups };
-    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
-        return groups;
+/// The supplementary groups of the process that connected on `socket`, as the kernel
+/// recorded them at connect time (SO_PEERGROUPS, Linux 4.13). Unlike /proc/PID/status this
+/// cannot name another process that reused the peer's pid.
+fn peer_groups(socket: BorrowedFd<'_>) -> io::Result<Vec<u32>> {
+    const GID_SIZE: usize = std::mem::size_of::<libc::gid_t>();
+    let mut groups: Vec<libc::gid_t> = vec![0; 64];
+    // The groups were fixed at connect: a second call with the size the kernel asked for
+    // succeeds; a third is a guard against a kernel that keeps asking for more.
+    for _ in 0..3 {
+        let mut len = (groups.len() * GID_SIZE) as libc::socklen_t;
+        // SAFETY: `socket` is an open descriptor borrowed for the whole call; `groups` is a
+        // live, writable buffer of exactly `len` bytes, and the kernel writes at most `len`
+        // bytes into it and stores the length used (or, with ERANGE, needed) in `len`.
+        let r = unsafe {
+            libc::getsockopt(
+                socket.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_PEERGROUPS,
+                groups.as_mut_ptr().cast(),
+                &mut len,
+            )
+        };
+        if r == 0 {
+            groups.truncate(len as usize / GID_SIZE);
+            return Ok(groups);
+        }
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::ERANGE) {
+            return Err(e);
+        }
+        groups.resize((len as usize / GID_SIZE).max(groups.len() + 1), 0);
+    }
+    Err(io::Error::other(
+        "SO_PEERGROUPS kept asking for a larger buffer",
+    ))
+}
+
+/// What the peer of `stream` may do, from the credentials the kernel recorded at connect.
+fn peer_access(stream: &UnixStream, rocs_gid: Option<u32>, own_uid: u32) -> Access {
+    let cred = match stream.peer_cred() {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::warn!("cannot read a control client's credentials: {e}");
+            return Access {
+                uid: u32::MAX,
+                read: false,
+                change: false,
+            };
+        }
     };
-    for line in status.lines() {
-        if let Some(rest) = line.strip_prefix("Groups:") {
-            groups.extend(
-                rest.split_whitespace()
-                    .filter_map(|g| g.parse::<u32>().ok()),
-            );
+    let mut groups = vec![cred.gid()];
+    match peer_groups(stream.as_fd()) {
+        Ok(g) => groups.extend(g),
+        // Only the primary group then counts. Said once: it is the kernel's doing (before
+        // 4.13 there is no SO_PEERGROUPS), not the client's.
+        Err(e) => {
+            static SAID: AtomicBool = AtomicBool::new(false);
+            if !SAID.swap(true, Ordering::Relaxed) {
+                tracing::warn!(
+                    "cannot read the groups of control clients (SO_PEERGROUPS: {e}); only \
+                     their primary group lets them read"
+                );
+            }
         }
     }
-    groups
+    access_for(cred.uid(), &groups, rocs_gid, own_uid)
+}
+
+/// The clients being served, counted as the admission rules need them.
+#[derive(Debug, Default)]
+struct Occupancy {
+    total: usize,
+    readers: usize,
+    per_reader: HashMap<u32, usize>,
+}
+
+impl Occupancy {
+    /// Take a slot for `access`, or say why not. Peers that may not read are refused here,
+    /// before they hold anything.
+    fn admit(&mut self, access: Access, group: &str) -> Result<(), ErrorReply> {
+        let busy = |message: String| Err(ErrorReply::new(ErrorCode::Unavailable, message));
+        if !access.read {
+            return Err(ErrorReply::new(
+                ErrorCode::PermissionDenied,
+                format!(
+                    "permission denied: uid {} is neither root nor in group {group:?}",
+                    access.uid
+                ),
+            ));
+        }
+        if access.change {
+            if self.total >= MAX_CLIENTS {
+                return busy(format!(
+                    "rocsd is serving {MAX_CLIENTS} control clients, its most at once; try again"
+                ));
+            }
+        } else {
+            let mine = self.per_reader.get(&access.uid).copied().unwrap_or(0);
+            if mine >= MAX_PER_READER {
+                return busy(format!(
+                    "uid {} already has {mine} connections to rocsd, the most one user may \
+                     hold; close idle ones and try again",
+                    access.uid
+                ));
+            }
+            if self.readers >= MAX_CLIENTS - ADMIN_RESERVE || self.total >= MAX_CLIENTS {
+                return busy(format!(
+                    "rocsd is serving {} readers, its most at once; try again",
+                    self.readers
+                ));
+            }
+            self.readers += 1;
+            *self.per_reader.entry(access.uid).or_default() += 1;
+        }
+        self.total += 1;
+        Ok(())
+    }
+
+    fn release(&mut self, access: Access) {
+        self.total -= 1;
+        if !access.change {
+            self.readers -= 1;
+            if let Some(n) = self.per_reader.get_mut(&access.uid) {
+                *n -= 1;
+                if *n == 0 {
+                    self.per_reader.remove(&access.uid);
+                }
+            }
+        }
+    }
+}
+
+/// A slot taken by an admitted client, given back when the client is done.
+struct Slot {
+    occupancy: Arc<Mutex<Occupancy>>,
+    access: Access,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.occupancy.lock().unwrap().release(self.access);
+    }
+}
+
+/// Lets one message through per interval and counts the ones it held back.
+#[derive(Debug)]
+struct RateLimit {
+    interval: Duration,
+    last: Option<Instant>,
+    held_back: u64,
+}
+
+impl RateLimit {
+    fn new(interval: Duration) -> Self {
+        RateLimit {
+            interval,
+            last: None,
+            held_back: 0,
+        }
+    }
+
+    /// `Some(n)` when a message may be logged at `now` (`n` were held back since the last
+    /// one); `None` when it is held back.
+    fn allow(&mut self, now: Instant) -> Option<u64> {
+        match self.last {
+            Some(t) if now.saturating_duration_since(t) < self.interval => {
+                self.held_back += 1;
+                None
+            }
+            _ => {
+                self.last = Some(now);
+                Some(std::mem::take(&mut self.held_back))
+            }
+        }
+    }
 }
 
 /// Bind the control socket: refuse to take over a socket another rocsd still serves,
@@ -112,7 +295,9 @@ pub async fn serve(
     daemon: Arc<Daemon>,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let slots = Arc::new(Semaphore::new(MAX_CLIENTS));
+    let occupancy = Arc::new(Mutex::new(Occupancy::default()));
+    let refusing = Arc::new(Semaphore::new(MAX_REFUSING));
+    let mut refusal_log = RateLimit::new(REFUSAL_LOG_INTERVAL);
     let own_uid = nix::unistd::geteuid().as_raw();
     let timeout = Duration::from_millis(daemon.config.client_timeout_ms);
     loop {
@@ -128,39 +313,73 @@ pub async fn serve(
             },
             _ = shutdown.changed() => return,
         };
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
-            tokio::spawn(async move {
-                let mut stream = stream;
-                let e = ErrorReply::new(ErrorCode::Unavailable, "too many clients; try again");
-                let _ = tokio::time::timeout(
-                    WRITE_TIMEOUT,
-                    stream.write_all(encode_reply(None, Err(&e)).as_bytes()),
-                )
-                .await;
-            });
-            continue;
-        };
-        let daemon = daemon.clone();
-        tokio::spawn(async move {
-            let _slot = slot;
-            let access = match stream.peer_cred() {
-                Ok(c) => {
-                    let groups = groups_of(c.pid(), c.gid());
-                    access_for(c.uid(), &groups, daemon.rocs_gid, own_uid)
+        let access = peer_access(&stream, daemon.rocs_gid, own_uid);
+        let admitted = occupancy
+            .lock()
+            .unwrap()
+            .admit(access, &daemon.config.socket_group);
+        match admitted {
+            Ok(()) => {
+                let slot = Slot {
+                    occupancy: occupancy.clone(),
+                    access,
+                };
+                let daemon = daemon.clone();
+                tokio::spawn(async move {
+                    let _slot = slot;
+                    if let Err(e) = client(stream, &daemon, access, timeout).await {
+                        tracing::debug!("control client (uid {}) ended: {e}", access.uid);
+                    }
+                });
+            }
+            Err(refusal) => {
+                if let Some(held_back) = refusal_log.allow(Instant::now()) {
+                    let more = if held_back > 0 {
+                        format!(" ({held_back} more refused since the last such message)")
+                    } else {
+                        String::new()
+                    };
+                    tracing::warn!(
+                        "refused a control client: uid {}: {}{more}",
+                        access.uid,
+                        refusal.message
+                    );
                 }
-                Err(e) => {
-                    tracing::warn!("cannot read a control client's credentials: {e}");
-                    Access {
-                        uid: u32::MAX,
-                        read: false,
-                        change: false,
+                match refusing.clone().try_acquire_owned() {
+                    Ok(permit) => {
+                        tokio::spawn(async move {
+                            let _permit = permit;
+                            refuse(stream, &refusal).await;
+                        });
+                    }
+                    // A flood: answer without reading, never wait.
+                    Err(_) => {
+                        let _ = stream.try_write(encode_reply(None, Err(&refusal)).as_bytes());
                     }
                 }
-            };
-            if let Err(e) = client(stream, &daemon, access, timeout).await {
-                tracing::debug!("control client (uid {}) ended: {e}", access.uid);
             }
-        });
+        }
+    }
+}
+
+/// Tell a refused client why, in a reply it can read: take its request line first (so that
+/// it has finished writing before the connection closes) and echo its id.
+async fn refuse(stream: UnixStream, refusal: &ErrorReply) {
+    let (read, mut write) = stream.into_split();
+    let mut read = BufReader::with_capacity(1024, read);
+    let line = read_line(&mut read, MAX_REFUSED_LINE);
+    let id = match tokio::time::timeout(REFUSAL_READ_TIMEOUT, line).await {
+        Ok(Ok(Line::Complete(line))) => request_id(&line),
+        _ => None,
+    };
+    let _ = send(&mut write, &encode_reply(id.as_ref(), Err(refusal))).await;
+}
+
+/// The id of a request line, whether or not the rest of it is valid.
+fn request_id(line: &[u8]) -> Option<Value> {
+    match parse_request(line) {
+        Ok(envelope) => envelope.id,
+        Err((id, _)) => id,
     }
 }
 
@@ -236,21 +455,6 @@ async fn client(
         if line.iter().all(|b| b.is_ascii_whitespace()) {
             continue;
         }
-        if !access.read {
-            let e = ErrorReply::new(
-                ErrorCode::PermissionDenied,
-                format!(
-                    "permission denied: uid {} is neither root nor in group {:?}",
-                    access.uid, daemon.config.socket_group
-                ),
-            );
-            tracing::warn!(
-                "refused a control client: uid {} is not allowed to read",
-                access.uid
-            );
-            send(&mut write, &encode_reply(None, Err(&e))).await?;
-            return Ok(());
-        }
         let reply = match parse_request(&line) {
             Err((id, e)) => encode_reply(id.as_ref(), Err(&e)),
             Ok(env) => {
@@ -308,6 +512,116 @@ mod tests {
         assert!(!access_for(1000, &[1000, 990], None, 0).read);
         // rocsd run by a user (the demo) serves that user fully.
         assert!(access_for(1000, &[1000], None, 1000).change);
+    }
+
+    const ROOT: Access = Access {
+        uid: 0,
+        read: true,
+        change: true,
+    };
+
+    fn reader(uid: u32) -> Access {
+        Access {
+            uid,
+            read: true,
+            change: false,
+        }
+    }
+
+    #[test]
+    fn one_reader_cannot_take_every_slot_and_root_always_finds_one() {
+        let mut o = Occupancy::default();
+        for _ in 0..MAX_PER_READER {
+            o.admit(reader(1000), "rocs").unwrap();
+        }
+        let e = o.admit(reader(1000), "rocs").unwrap_err();
+        assert_eq!(e.code, ErrorCode::Unavailable);
+        assert!(
+            e.message.contains("uid 1000 already has 32"),
+            "{}",
+            e.message
+        );
+        // Other readers fill what readers may share, and no more.
+        let mut uid = 2000;
+        while o.admit(reader(uid), "rocs").is_ok() {
+            uid += 1;
+        }
+        assert_eq!(o.readers, MAX_CLIENTS - ADMIN_RESERVE);
+        // Root takes the reserve, then is told to come back too.
+        for _ in 0..ADMIN_RESERVE {
+            o.admit(ROOT, "rocs").unwrap();
+        }
+        assert_eq!(o.total, MAX_CLIENTS);
+        assert_eq!(
+            o.admit(ROOT, "rocs").unwrap_err().code,
+            ErrorCode::Unavailable
+        );
+        // A reader that leaves frees its slot for a reader.
+        o.release(reader(1000));
+        o.admit(reader(1000), "rocs").unwrap();
+        o.release(ROOT);
+        o.admit(ROOT, "rocs").unwrap();
+    }
+
+    #[test]
+    fn peers_that_may_not_read_take_no_slot() {
+        let mut o = Occupancy::default();
+        let nobody = access_for(65534, &[65534], Some(990), 0);
+        let e = o.admit(nobody, "rocs").unwrap_err();
+        assert_eq!(e.code, ErrorCode::PermissionDenied);
+        assert!(e.message.contains("uid 65534") && e.message.contains("\"rocs\""));
+        assert_eq!(o.total, 0);
+    }
+
+    #[test]
+    fn slots_are_given_back_per_user() {
+        let mut o = Occupancy::default();
+        o.admit(reader(7), "rocs").unwrap();
+        o.admit(ROOT, "rocs").unwrap();
+        o.release(reader(7));
+        o.release(ROOT);
+        assert_eq!((o.total, o.readers), (0, 0));
+        assert!(o.per_reader.is_empty());
+    }
+
+    #[test]
+    fn refusals_are_logged_once_per_interval_with_a_count_of_the_rest() {
+        let mut log = RateLimit::new(Duration::from_secs(10));
+        let t0 = Instant::now();
+        assert_eq!(log.allow(t0), Some(0));
+        for ms in [1, 500, 9_999] {
+            assert_eq!(log.allow(t0 + Duration::from_millis(ms)), None);
+        }
+        assert_eq!(log.allow(t0 + Duration::from_secs(10)), Some(3));
+        assert_eq!(log.allow(t0 + Duration::from_secs(11)), None);
+        assert_eq!(log.allow(t0 + Duration::from_secs(30)), Some(1));
+    }
+
+    #[test]
+    fn peer_groups_are_the_connecting_process_groups() {
+        let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let mut got = peer_groups(a.as_fd()).unwrap();
+        let mut want: Vec<u32> = nix::unistd::getgroups()
+            .unwrap()
+            .into_iter()
+            .map(|g| g.as_raw())
+            .collect();
+        got.sort_unstable();
+        want.sort_unstable();
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn a_request_id_is_found_in_good_and_bad_requests() {
+        assert_eq!(
+            request_id(br#"{"v":1,"id":7,"request":"status"}"#),
+            Some(Value::from(7))
+        );
+        assert_eq!(
+            request_id(br#"{"v":1,"id":"x","request":"nonsense"}"#),
+            Some(Value::from("x"))
+        );
+        assert_eq!(request_id(b"not json"), None);
     }
 
     #[tokio::test]

@@ -18,23 +18,23 @@ use serde_json::Value;
 
 use crate::render;
 
-/// Options every daemon command takes.
+/// Options every command takes, before or after the command's name.
 #[derive(Args, Clone, Debug)]
-pub struct Conn {
-    /// Print the daemon's answer as JSON (for scripts).
-    #[arg(long)]
+pub struct Global {
+    /// Print the answer as JSON (for scripts).
+    #[arg(long, global = true)]
     pub json: bool,
-    /// The control socket of the rocsd to ask.
-    #[arg(long, value_name = "PATH", default_value = rocs_config::daemon::DEFAULT_SOCKET)]
+    /// The control socket of the rocsd to ask (daemon commands).
+    #[arg(long, global = true, value_name = "PATH", default_value = rocs_config::daemon::DEFAULT_SOCKET)]
     pub socket: PathBuf,
 }
 
 #[derive(Subcommand)]
 pub enum ClientCommand {
     /// rocsd: platform, what it can do here, policies, targets.
-    Status(Conn),
+    Status,
     /// The processes rocsd is attached to, with their state, IPC, MPKI and pages.
-    Targets(Conn),
+    Targets,
     /// A target's page profile from rocsd (sampled hits and misses by address, the miss-rate
     /// histogram and the address-space map); or, with --perf-data, a perf.data file's.
     Profile {
@@ -51,8 +51,6 @@ pub enum ClientCommand {
         /// Also draw the pictures as SVG in FILE.
         #[arg(long, value_name = "FILE")]
         svg: Option<PathBuf>,
-        #[command(flatten)]
-        conn: Conn,
     },
     /// A target's miss-rate stack: its pages ordered by miss rate, the confined ones marked.
     Stack {
@@ -60,35 +58,17 @@ pub enum ClientCommand {
         /// Show at most this many entries from the top (0: all).
         #[arg(long, default_value_t = 30)]
         limit: usize,
-        #[command(flatten)]
-        conn: Conn,
     },
     /// What a target's controller did and why: states, profiles, search steps.
-    History {
-        target: String,
-        #[command(flatten)]
-        conn: Conn,
-    },
+    History { target: String },
     /// Stop searching and moving pages (one target, or all); pages stay where they are.
-    Pause {
-        target: Option<String>,
-        #[command(flatten)]
-        conn: Conn,
-    },
+    Pause { target: Option<String> },
     /// Start again from observing (one target, or all).
-    Resume {
-        target: Option<String>,
-        #[command(flatten)]
-        conn: Conn,
-    },
+    Resume { target: Option<String> },
     /// Move a target's pages (or every target's) back out of the pollute buffer, and pause.
-    Restore {
-        target: Option<String>,
-        #[command(flatten)]
-        conn: Conn,
-    },
+    Restore { target: Option<String> },
     /// Re-read the policy files (a broken one is reported; the old policies stay).
-    Reload(Conn),
+    Reload,
 }
 
 /// Longest reply accepted (a profile of millions of pages is large, but not unbounded).
@@ -110,13 +90,17 @@ pub fn ask(socket: &Path, request: &Request) -> anyhow::Result<Reply> {
     })?;
     stream.set_read_timeout(Some(Duration::from_secs(30)))?;
     stream.set_write_timeout(Some(Duration::from_secs(30)))?;
-    stream
-        .write_all(encode_request(1, request).as_bytes())
-        .with_context(|| format!("sending to rocsd at {}", socket.display()))?;
+    // A daemon that refuses the connection may close it before taking the request; it
+    // still says why, so read the reply before reporting a failed write.
+    let sent = stream.write_all(encode_request(1, request).as_bytes());
     let mut line = String::new();
-    BufReader::new(stream.take(MAX_REPLY))
-        .read_line(&mut line)
-        .with_context(|| format!("reading rocsd's reply from {}", socket.display()))?;
+    let read = BufReader::new(stream.take(MAX_REPLY)).read_line(&mut line);
+    if line.is_empty() {
+        if let Err(e) = sent {
+            return Err(e).with_context(|| format!("sending to rocsd at {}", socket.display()));
+        }
+    }
+    read.with_context(|| format!("reading rocsd's reply from {}", socket.display()))?;
     if line.is_empty() {
         bail!(
             "rocsd at {} closed the connection without a reply",
@@ -134,45 +118,41 @@ pub fn ask(socket: &Path, request: &Request) -> anyhow::Result<Reply> {
     Ok(reply)
 }
 
-pub fn run(cmd: ClientCommand) -> anyhow::Result<ExitCode> {
-    let (request, conn, svg) = match cmd {
-        ClientCommand::Status(c) => (Request::Status, c, None),
-        ClientCommand::Targets(c) => (Request::Targets, c, None),
+pub fn run(cmd: ClientCommand, conn: &Global) -> anyhow::Result<ExitCode> {
+    let (request, svg) = match cmd {
+        ClientCommand::Status => (Request::Status, None),
+        ClientCommand::Targets => (Request::Targets, None),
         ClientCommand::Profile {
             target,
             perf_data,
             pid,
             svg,
-            conn,
         } => match (target, perf_data) {
             (_, Some(perf_data)) => {
-                return crate::linux::run(crate::linux::LinuxCommand::Profile {
-                    perf_data,
-                    pid,
-                    json: conn.json,
-                    svg,
-                })
+                return crate::linux::run(
+                    crate::linux::LinuxCommand::Profile {
+                        perf_data,
+                        pid,
+                        svg,
+                    },
+                    conn.json,
+                )
             }
-            (Some(target), None) => (Request::Profile { target }, conn, svg),
+            (Some(target), None) => (Request::Profile { target }, svg),
             (None, None) => bail!("give a TARGET (pid or command name) or --perf-data FILE"),
         },
-        ClientCommand::Stack {
-            target,
-            limit,
-            conn,
-        } => (
+        ClientCommand::Stack { target, limit } => (
             Request::Stack {
                 target,
                 limit: (limit > 0).then_some(limit),
             },
-            conn,
             None,
         ),
-        ClientCommand::History { target, conn } => (Request::History { target }, conn, None),
-        ClientCommand::Pause { target, conn } => (Request::Pause { target }, conn, None),
-        ClientCommand::Resume { target, conn } => (Request::Resume { target }, conn, None),
-        ClientCommand::Restore { target, conn } => (Request::Restore { target }, conn, None),
-        ClientCommand::Reload(c) => (Request::Reload, c, None),
+        ClientCommand::History { target } => (Request::History { target }, None),
+        ClientCommand::Pause { target } => (Request::Pause { target }, None),
+        ClientCommand::Resume { target } => (Request::Resume { target }, None),
+        ClientCommand::Restore { target } => (Request::Restore { target }, None),
+        ClientCommand::Reload => (Request::Reload, None),
     };
     let reply = ask(&conn.socket, &request)?;
     let result = match reply.into_result() {
@@ -286,8 +266,10 @@ fn status_text(s: &StatusReply) -> String {
             out += &format!("  {line}\n");
         }
     }
-    if !s.notices.is_empty() {
-        out += "notices\n";
+    if s.notices.is_empty() {
+        out += "notices    none\n";
+    } else {
+        out += &format!("notices    {}\n", s.notices.len());
         for n in &s.notices {
             out += &format!("  {n}\n");
         }

@@ -30,16 +30,9 @@ pub enum EventArg {
 #[derive(Subcommand)]
 pub enum LinuxCommand {
     /// What this machine can do for rocs: PMU, precise events, permissions, THP, shim.
-    Doctor {
-        /// Machine-readable output.
-        #[arg(long)]
-        json: bool,
-    },
+    Doctor,
     /// The cache geometry found in /sys and the page colours it gives.
-    Geometry {
-        #[arg(long)]
-        json: bool,
-    },
+    Geometry,
     /// Sample a running process live and print its page profile.
     Record {
         /// The process to sample (all of its threads, and threads it creates).
@@ -56,8 +49,6 @@ pub enum LinuxCommand {
         /// Largest share of one core sampling may cost; the period rises to stay under it.
         #[arg(long, default_value_t = 0.01)]
         cpu_budget: f64,
-        #[arg(long, conflicts_with = "svg")]
-        json: bool,
         /// Write the pictures (miss-rate histogram, address map) to this SVG file.
         #[arg(long)]
         svg: Option<PathBuf>,
@@ -72,31 +63,28 @@ pub enum LinuxCommand {
         /// Keep only this process's samples.
         #[arg(long)]
         pid: Option<u32>,
-        #[arg(long, conflicts_with = "svg")]
-        json: bool,
         /// Write the pictures to this SVG file.
         #[arg(long)]
         svg: Option<PathBuf>,
     },
 }
 
-pub fn run(cmd: LinuxCommand) -> anyhow::Result<ExitCode> {
+/// Run `cmd`; `json` is the global `--json`.
+pub fn run(cmd: LinuxCommand, json: bool) -> anyhow::Result<ExitCode> {
     match cmd {
-        LinuxCommand::Doctor { json } => doctor_cmd(json),
-        LinuxCommand::Geometry { json } => geometry_cmd(json),
+        LinuxCommand::Doctor => doctor_cmd(json),
+        LinuxCommand::Geometry => geometry_cmd(json),
         LinuxCommand::Record {
             pid,
             duration,
             event,
             period,
             cpu_budget,
-            json,
             svg,
         } => record_cmd(pid, duration, event, period, cpu_budget, json, svg),
         LinuxCommand::Profile {
             perf_data,
             pid,
-            json,
             svg,
         } => profile_cmd(&perf_data, pid, json, svg),
     }
@@ -216,22 +204,23 @@ pub fn profile_out(table: &PageProfile, source: String, measures_llc: bool) -> P
     }
 }
 
-/// Print a profile: JSON, an SVG file, or text with terminal pictures.
+/// Print a profile (JSON, or text with terminal pictures), and draw it in an SVG file when
+/// asked.
 pub fn emit_profile(
     profile: &PageProfile,
     out: ProfileOut,
     json: bool,
     svg: Option<&Path>,
 ) -> anyhow::Result<()> {
-    if json {
-        println!("{}", serde_json::to_string_pretty(&out)?);
-        return Ok(());
-    }
     let stack = MissRateStack::from_profile(profile);
     if let Some(path) = svg {
         let doc = render::profile_svg(profile, &stack, &out.source);
         std::fs::write(path, doc).with_context(|| format!("writing {}", path.display()))?;
         eprintln!("wrote {}", path.display());
+    }
+    if json {
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(());
     }
     println!("{}", out.source);
     println!(

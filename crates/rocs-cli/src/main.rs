@@ -16,6 +16,8 @@ mod sim;
     about = "Simulate rocs, profile real programs, inspect rocsd"
 )]
 struct Cli {
+    #[command(flatten)]
+    global: client::Global,
     #[command(subcommand)]
     command: Command,
 }
@@ -35,8 +37,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Sim(cmd) => sim::run(cmd),
-        Command::Linux(cmd) => linux::run(cmd),
-        Command::Client(cmd) => client::run(cmd),
+        Command::Linux(cmd) => linux::run(cmd, cli.global.json),
+        Command::Client(cmd) => client::run(cmd, &cli.global),
     };
     match result {
         Ok(code) => code,
@@ -45,5 +47,37 @@ fn main() -> ExitCode {
             eprintln!("rocsctl: error: {e:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn socket_and_json_go_before_or_after_the_command() {
+        for args in [
+            &["rocsctl", "--socket", "/s", "--json", "status"][..],
+            &["rocsctl", "status", "--socket", "/s", "--json"],
+            &["rocsctl", "--json", "stack", "art", "--socket", "/s"],
+        ] {
+            let cli = Cli::try_parse_from(args).unwrap();
+            assert_eq!(cli.global.socket, std::path::Path::new("/s"), "{args:?}");
+            assert!(cli.global.json, "{args:?}");
+        }
+        let cli = Cli::try_parse_from(["rocsctl", "doctor", "--json"]).unwrap();
+        assert!(cli.global.json);
+        let cli = Cli::try_parse_from(["rocsctl", "targets"]).unwrap();
+        assert_eq!(
+            cli.global.socket,
+            std::path::Path::new(rocs_config::daemon::DEFAULT_SOCKET)
+        );
+        assert!(!cli.global.json);
     }
 }

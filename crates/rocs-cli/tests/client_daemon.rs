@@ -44,6 +44,11 @@ impl Drop for Daemon {
 }
 
 fn start() -> Daemon {
+    start_with("")
+}
+
+/// A daemon whose rocsd.toml ends with `extra` (tables to add).
+fn start_with(extra: &str) -> Daemon {
     let dir = tempfile::tempdir().unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let policies = dir.path().join("policy.d");
@@ -72,7 +77,7 @@ cpu_share = 1.0
 [[sim.workload]]
 name = "art-like"
 scale = 4.0
-"#,
+{extra}"#,
             socket.display().to_string(),
             policies.display().to_string()
         ),
@@ -266,4 +271,81 @@ fn no_daemon_is_a_clear_error() {
         err.contains("cannot reach rocsd at /nonexistent/rocsd.sock") && err.contains("--socket"),
         "{err}"
     );
+}
+
+#[test]
+fn socket_and_json_go_before_or_after_the_command() {
+    let d = start();
+    let socket = d.socket.to_str().unwrap();
+    for args in [
+        ["--socket", socket, "--json", "status"],
+        ["status", "--socket", socket, "--json"],
+        ["--json", "status", "--socket", socket],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_rocsctl"))
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "rocsctl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["platform"], "sim", "{args:?}");
+    }
+}
+
+#[test]
+fn status_shows_the_notices() {
+    // [geometry] on the sim platform is ignored, and rocsd says so: a notice.
+    let d = start_with("[geometry]\nline_size = 64\nways = 8\nsize = 1048576\n");
+    let s = text(&d, &["status"]);
+    assert!(
+        s.contains("notices    1\n  [geometry] is ignored on the sim platform"),
+        "{s}"
+    );
+    let d = start();
+    let s = text(&d, &["status"]);
+    assert!(s.contains("notices    none\n"), "{s}");
+}
+
+#[test]
+fn concurrent_rocsctl_status_each_get_an_answer_or_a_readable_refusal() {
+    use std::os::unix::net::UnixStream;
+    let d = start();
+    // Idle connections hold every one of rocsd's 256 slots: all 300 are refused, and each
+    // rocsctl says why (before, some failed to send with EPIPE instead).
+    let idle: Vec<_> = (0..256)
+        .map(|_| UnixStream::connect(&d.socket).unwrap())
+        .collect();
+    let clients: Vec<_> = (0..300)
+        .map(|_| {
+            Command::new(env!("CARGO_BIN_EXE_rocsctl"))
+                .args(["status", "--socket"])
+                .arg(&d.socket)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let (mut answered, mut refused) = (0, 0);
+    for c in clients {
+        let out = c.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        if out.status.success() {
+            assert!(String::from_utf8_lossy(&out.stdout).contains("platform   sim"));
+            answered += 1;
+        } else {
+            assert!(
+                err.starts_with("rocsctl: rocsd refused status: rocsd is serving"),
+                "{err}"
+            );
+            refused += 1;
+        }
+    }
+    assert_eq!((answered, refused), (0, 300));
+    drop(idle);
+    assert_eq!(json(&d, &["status"])["platform"], "sim");
 }

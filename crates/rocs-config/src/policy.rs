@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::error::{ConfigError, Location};
+use crate::error::{read_text, ConfigError, Location};
 use crate::knobs::{KnobTable, RawKnobs};
 
 /// What rocsd knows of a process when it decides whether a policy applies.
@@ -212,6 +212,13 @@ struct RawMatch {
 impl Policy {
     /// Parse the policy text read from `file`.
     pub fn parse(file: &Path, text: &str) -> Result<Policy, ConfigError> {
+        if text.trim().is_empty() {
+            return Err(ConfigError::at(
+                Location::of_offset(file, text, 0),
+                "the policy file is empty: a policy needs at least a [match] table saying which \
+                 processes it applies to, e.g. `[match]` and `comm = \"art\"`",
+            ));
+        }
         let raw: RawPolicy =
             toml::from_str(text).map_err(|e| ConfigError::from_toml(file, text, &e))?;
         let at = |span: std::ops::Range<usize>| Location::of_span(file, text, Some(span));
@@ -343,11 +350,7 @@ impl Policy {
 
     /// Read and parse a policy file.
     pub fn load(file: &Path) -> Result<Policy, ConfigError> {
-        let text = std::fs::read_to_string(file).map_err(|source| ConfigError::Read {
-            file: file.to_path_buf(),
-            source,
-        })?;
-        Self::parse(file, &text)
+        Self::parse(file, &read_text(file)?)
     }
 }
 
@@ -557,6 +560,73 @@ pollute_colours = 2
         );
         let e = Policy::parse(f, "name = \"x\"\n").unwrap_err().to_string();
         assert!(e.contains("no [match]"), "{e}");
+    }
+
+    #[test]
+    fn an_unclosed_array_is_reported_where_it_opens_in_one_line() {
+        let f = Path::new("policy.d/bad.toml");
+        // The issue's example: the array of line 4 runs into the table of line 6.
+        let text = "name = \"art\"\n[match]\ncomm = \"art\"\nexe = [\"/opt/a\",\n  \"/opt/b\"\n[knobs]\npollute_colours = 1\n";
+        let e = Policy::parse(f, text).unwrap_err().to_string();
+        assert!(e.starts_with("policy.d/bad.toml:4:7: "), "{e}");
+        assert!(e.contains("not closed") && e.contains("line 6"), "{e}");
+        assert!(!e.contains('\n'), "one line: {e:?}");
+        // After a comma toml reads the table header as a nested array and fails inside it.
+        let text = text.replace("\"/opt/b\"\n", "\n");
+        let e = Policy::parse(f, &text).unwrap_err().to_string();
+        assert!(e.starts_with("policy.d/bad.toml:4:7: "), "{e}");
+        assert!(e.contains("not closed") && e.contains("line 6"), "{e}");
+        // Nested arrays on lines of their own are not tables.
+        let text = "[match]\ncomm = [\n  [\"a\"],\n  [\"b\"]\n  [\"c\"],\n]\n";
+        let e = Policy::parse(f, text).unwrap_err().to_string();
+        assert!(e.starts_with("policy.d/bad.toml:5:3: "), "{e}");
+        assert!(e.contains("opened at line 2, column 8"), "{e}");
+        // At the end of the file; brackets and `#` inside strings and comments do not count.
+        let text = "[match]\ncomm = \"a[\" # ]]\nexe = [ # [\n  \"/x]\",\n";
+        let e = Policy::parse(f, text).unwrap_err().to_string();
+        assert!(e.starts_with("policy.d/bad.toml:3:7: "), "{e}");
+        assert!(e.contains("before the end of the file"), "{e}");
+        // A missing comma inside an array is reported where it is, naming the array.
+        let text = "[match]\ncomm = [\n  \"a\"\n  \"b\",\n]\n";
+        let e = Policy::parse(f, text).unwrap_err().to_string();
+        assert!(e.starts_with("policy.d/bad.toml:4:3: "), "{e}");
+        assert!(
+            e.contains("opened at line 2, column 8") && !e.contains('\n'),
+            "{e}"
+        );
+        // Every toml error is one line.
+        for text in ["x = \"abc\n", "[match\n", "a = 1\na = 2\n", "x = {a = 1,\n"] {
+            let e = Policy::parse(f, text).unwrap_err().to_string();
+            assert!(
+                e.starts_with("policy.d/bad.toml:") && !e.contains('\n'),
+                "{e:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn empty_and_binary_files_are_reported_with_a_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let empty = dir.path().join("empty.toml");
+        std::fs::write(&empty, "").unwrap();
+        let e = Policy::load(&empty).unwrap_err().to_string();
+        assert_eq!(
+            e.find(":1:1: the policy file is empty"),
+            Some(empty.display().to_string().len()),
+            "{e}"
+        );
+        std::fs::write(&empty, "\n  \n\t\n").unwrap();
+        let e = Policy::load(&empty).unwrap_err().to_string();
+        assert!(e.contains(":1:1: the policy file is empty"), "{e}");
+        // An ELF executable copied into policy.d: its first bad byte is on line 1.
+        let binary = dir.path().join("ls.toml");
+        std::fs::write(&binary, b"\x7fELF\x02\x01\x01\0\0\0\n\x80").unwrap();
+        let e = Policy::load(&binary).unwrap_err().to_string();
+        assert!(e.contains("ls.toml:2:1: not UTF-8 text (byte 0x80"), "{e}");
+        // Valid UTF-8 with control characters is toml's to refuse, with a place.
+        std::fs::write(&binary, b"\x7fELF\x02\x01\x01\0\0\0").unwrap();
+        let e = Policy::load(&binary).unwrap_err().to_string();
+        assert!(e.contains("ls.toml:1:1: "), "{e}");
     }
 
     #[test]
