@@ -390,6 +390,35 @@ mod tests {
     }
 
     #[test]
+    fn disjoint_way_masks_make_private_caches() {
+        // What a capacity bitmask means (Intel SDM Vol. 3B, 18.19): a fill only goes to a
+        // way of the filler's mask. Two processes with disjoint masks therefore each see a
+        // private cache of their ways: every hit and miss is the one they would have alone
+        // in a cache of that many ways.
+        let geometry = |ways| CacheGeometry::new(64, 4, ways, 1, 4096).unwrap();
+        let mut shared = Cache::new(geometry(8), Policy::Srrip);
+        let mut alone = [
+            Cache::new(geometry(3), Policy::Srrip),
+            Cache::new(geometry(5), Policy::Srrip),
+        ];
+        let masks = [0b0000_0111, 0b1111_1000];
+        let mut x = 3u64;
+        for _ in 0..20_000 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let who = (x >> 63) as usize;
+            let line = 1000 * who as u64 + (x >> 20) % 40;
+            let (hit, evicted) = shared.access_line_evicting(line, masks[who]);
+            assert_eq!(hit, alone[who].access_line(line), "line {line}");
+            assert!(
+                evicted.is_none_or(|e| e / 1000 == who as u64),
+                "only its own lines"
+            );
+        }
+    }
+
+    #[test]
     fn drrip_and_brrip_run_and_hit() {
         for p in [Policy::Brrip, Policy::Drrip] {
             let mut c = Cache::new(CacheGeometry::new(64, 128, 4, 3, 4096).unwrap(), p);

@@ -309,3 +309,84 @@ pub(super) fn build_modern(profile: &MachineProfile, llc: &Cache) -> Modern {
         llc_all_ways: llc.all_ways(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::Policy;
+
+    fn cache(sets: u64, ways: u64, policy: Policy) -> Cache {
+        Cache::new(CacheGeometry::new(64, sets, ways, 1, 4096).unwrap(), policy)
+    }
+
+    fn core(l2: Cache, fill: Fill, llc: &Cache) -> Core {
+        Core {
+            l1d: cache(1, 1, Policy::Lru),
+            l1i: None,
+            l2: Some(l2),
+            modern: Modern {
+                prefetch: None,
+                prefetch_paused: false,
+                tlb: None,
+                fill,
+                llc_mask: llc.all_ways(),
+                llc_all_ways: llc.all_ways(),
+            },
+        }
+    }
+
+    #[test]
+    fn an_exclusive_victim_llc_is_the_lru_stack_split_in_two() {
+        // An L2 of A ways and an exclusive victim LLC of B ways with the same sets, both
+        // LRU: the L2 holds each set's A most recent lines and the LLC the next B, so a
+        // reference at per-set LRU stack distance d hits the L2 if d < A, the LLC if
+        // A <= d < A + B, and memory otherwise (Mattson's stack, computed here from the
+        // references alone).
+        let (sets, a, b) = (4u64, 2u64, 4u64);
+        let mut llc = cache(sets, b, Policy::Lru);
+        let mut c = core(cache(sets, a, Policy::Lru), Fill::ExclusiveVictim, &llc);
+        let mut stacks: Vec<Vec<u64>> = vec![Vec::new(); sets as usize];
+        let mut x = 7u64;
+        for _ in 0..20_000 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let line = (x >> 40) % 48;
+            let stack = &mut stacks[(line % sets) as usize];
+            let depth = stack.iter().position(|&l| l == line);
+            let expect = match depth {
+                Some(d) if (d as u64) < a => Served::L2,
+                Some(d) if (d as u64) < a + b => Served::Llc,
+                _ => Served::Mem,
+            };
+            if let Some(d) = depth {
+                stack.remove(d);
+            }
+            stack.insert(0, line);
+            assert!(
+                expect == below_l1(&mut c, &mut llc, line * 64),
+                "line {line}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_victim_llc_gets_lines_only_from_l2_evictions() {
+        for fill in [Fill::Victim, Fill::ExclusiveVictim] {
+            let mut llc = cache(4, 4, Policy::Lru);
+            let mut c = core(cache(4, 2, Policy::Lru), fill, &llc);
+            // Lines 0, 4, 8 share set 0: the third evicts the first from the L2.
+            assert!(below_l1(&mut c, &mut llc, 0) == Served::Mem);
+            assert!(!llc.contains_line(0), "{fill:?}: not filled from memory");
+            below_l1(&mut c, &mut llc, 4 * 64);
+            below_l1(&mut c, &mut llc, 8 * 64);
+            assert!(llc.contains_line(0), "{fill:?}: the L2's victim");
+            assert!(below_l1(&mut c, &mut llc, 0) == Served::Llc);
+            assert_eq!(
+                llc.contains_line(0),
+                fill == Fill::Victim,
+                "{fill:?}: a hit keeps the line only if not exclusive"
+            );
+        }
+    }
+}
