@@ -29,4 +29,6 @@ pub use profile::{
 };
 pub use size::ByteSize;
 pub use trace::{LackeyReader, TraceEvent, TraceKind};
-pub use workload::{builtin_workloads, Pattern, PhaseSpec, ProcessSpec, RegionSpec, Workload};
+pub use workload::{
+    builtin_workloads, Pattern, PhaseSpec, ProcessSpec, RegionSpec, Scale, Workload,
+};

@@ -168,6 +168,7 @@ impl Machine {
         workload: &Workload,
         seed: u64,
     ) -> Result<Machine, SimError> {
+        let workload = &workload.sized_for(profile.llc.size.0);
         workload.validate(&workload.name)?;
         let mut m = Machine::empty(profile, workload.name.clone(), seed)?;
         for (i, spec) in workload.processes.iter().enumerate() {
