@@ -1,7 +1,9 @@
 //! Simulator throughput: simulated memory accesses per second for art-like on ppc970fx
 //! (and mcf-like, whose random accesses miss the L1 far more often), art-like on xeon-like
-//! (the DRRIP LLC, models off), and art-like sized to zen4-like's LLC (`--scale auto`) with
-//! every model on: prefetcher, TLB, exclusive victim L3.
+//! (the DRRIP LLC, models off), art-like at its own sizes on spr-like (every model on:
+//! prefetcher, TLB, victim L3; what the models cost) and art-like sized to zen4-like's LLC
+//! (`--scale auto`, every model on: 128 MiB streamed past a 32 MiB LLC, whose tags no longer
+//! fit the host's caches).
 //!
 //!     cargo bench -p rocs-sim --bench sim
 //!
@@ -63,6 +65,7 @@ const CASES: &[(&str, &str, Scale)] = &[
     ("art-like", "ppc970fx", Scale::Length(1.0)),
     ("mcf-like", "ppc970fx", Scale::Length(1.0)),
     ("art-like", "xeon-like", Scale::Length(1.0)),
+    ("art-like", "spr-like", Scale::Length(1.0)),
     ("art-like", "zen4-like", Scale::Auto { length: 1.0 }),
 ];
 
