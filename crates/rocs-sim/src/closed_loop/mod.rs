@@ -29,7 +29,6 @@ use rocs_core::{
 
 pub use evaluation::{evaluate, evaluate_modern, EvalMode, EvalRow, Evaluation, TargetCheck};
 pub use oracle::{run_oracle, run_with_placements};
-pub use render_modern::verdict;
 pub use rival::{run_cat, CatRun};
 use serde::Serialize;
 use thiserror::Error;

@@ -24,7 +24,7 @@ const SERIES: [Series; 5] = [
 const TIE: f64 = 0.01;
 
 /// What rocs does against oracle-CAT on one workload.
-pub fn verdict(r: &EvalRow) -> &'static str {
+fn verdict(r: &EvalRow) -> &'static str {
     let Some(cat) = &r.cat else { return "-" };
     let rocs = r.adaptive.speedup;
     if cat.both_speedup > rocs.max(cat.speedup) + TIE {
@@ -190,5 +190,62 @@ impl Evaluation {
         }
         s.push_str("</svg>\n");
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{CatRun, EvalMode};
+    use super::*;
+
+    fn row(rocs: f64, cat: f64, both: f64) -> EvalRow {
+        let mode = EvalMode {
+            search: "adaptive".into(),
+            cycles: 1,
+            speedup: rocs,
+            fraction_of_oracle: 1.0,
+            llc_mpki: 1.0,
+            mpki_change: 0.0,
+            pages_confined: 0,
+            pages_profiled: 0,
+            search_windows: 0,
+            migrations: 0,
+            overhead_cycles: 0,
+            overhead: 0.0,
+            profiles: 1,
+            phase_changes: 0,
+            phase_changes_profiled: 0,
+            chosen: Vec::new(),
+        };
+        EvalRow {
+            machine: "m".into(),
+            workload: "w".into(),
+            window_cycles: 1,
+            baseline_cycles: 1,
+            baseline_mpki: 1.0,
+            oracle_cycles: 1,
+            oracle_ks: Vec::new(),
+            oracle_speedup: rocs,
+            adaptive: mode.clone(),
+            linear: mode,
+            cat: Some(CatRun {
+                masks: vec![0xffff],
+                speedup: cat,
+                both_speedup: both,
+                both_pages_confined: 0,
+                candidates: Vec::new(),
+                stats: Default::default(),
+                wall_seconds: 0.0,
+            }),
+            prefetch_on_speedup: None,
+        }
+    }
+
+    #[test]
+    fn verdicts_tie_within_one_percent() {
+        assert_eq!(verdict(&row(1.20, 1.00, 1.20)), "beats CAT");
+        assert_eq!(verdict(&row(1.00, 1.15, 1.15)), "loses to CAT");
+        assert_eq!(verdict(&row(1.10, 1.10, 1.25)), "adds to CAT");
+        assert_eq!(verdict(&row(1.000, 1.005, 1.008)), "ties");
     }
 }
