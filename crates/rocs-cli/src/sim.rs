@@ -13,8 +13,8 @@ use clap::{Args, Subcommand, ValueEnum};
 use rocs_core::SearchMode;
 use rocs_sim::closed_loop::{self, Comparison, LoopConfig, Modes, OracleRun, RocsRun};
 use rocs_sim::{
-    builtin_machines, builtin_workloads, Machine, MachineProfile, RunStats, SimError, TraceFormat,
-    TraceInput, TraceSpec, Workload,
+    builtin_machines, builtin_workloads, Machine, MachineProfile, RunStats, Scale, SimError,
+    TraceFormat, TraceInput, TraceSpec, Workload,
 };
 use serde::Serialize;
 
@@ -81,15 +81,19 @@ pub enum SearchArg {
 
 #[derive(Args)]
 pub struct EvalArgs {
-    /// The set of workloads: `paper` (the built-ins modelled on the ROCS paper's programs).
+    /// The set of workloads: `paper` (the built-ins modelled on the ROCS paper's programs)
+    /// or `modern` (art-like, cg-like, noisy-neighbour and mcf-like against CAT, written
+    /// to modern.md).
     #[arg(long, default_value = "paper")]
     pub suite: String,
-    /// Machines to evaluate on.
-    #[arg(long, value_delimiter = ',', default_value = "ppc970fx,xeon-like")]
-    pub machines: Vec<String>,
-    /// Multiply the workloads' length.
-    #[arg(long, default_value_t = 1.0)]
-    pub scale: f64,
+    /// Machines to evaluate on [default: ppc970fx,xeon-like; modern: zen4-like,spr-like,
+    /// neoverse-like].
+    #[arg(long, value_delimiter = ',')]
+    pub machines: Option<Vec<String>>,
+    /// Multiply the workloads' length, or `auto` (sizes relative to each machine's LLC,
+    /// lengths in proportion) or `auto:N` (that, lengths times N).
+    #[arg(long, default_value = "1")]
+    pub scale: Scale,
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Controller windows per baseline run.
@@ -122,9 +126,10 @@ pub struct RunArgs {
     /// What to run.
     #[arg(long, value_enum, default_value_t = Mode::Baseline)]
     pub mode: Mode,
-    /// Multiply the workload's length (e.g. 0.1 for a quick run).
-    #[arg(long, default_value_t = 1.0)]
-    pub scale: f64,
+    /// Multiply the workload's length (e.g. 0.1 for a quick run), or `auto` (sizes relative
+    /// to the machine's LLC, lengths in proportion) or `auto:N` (that, lengths times N).
+    #[arg(long, default_value = "1")]
+    pub scale: Scale,
     #[command(flatten)]
     pub closed_loop: LoopArgs,
     #[arg(long)]
@@ -483,11 +488,9 @@ fn run_baseline(
 
 fn run_workload(args: RunArgs) -> anyhow::Result<ExitCode> {
     let profile = MachineProfile::resolve(&args.machine)?;
-    let mut workload = Workload::resolve(&args.workload)?;
-    if !(args.scale.is_finite() && args.scale > 0.0) {
-        anyhow::bail!("--scale must be a positive number, got {}", args.scale);
-    }
-    workload = workload.scaled(args.scale);
+    let workload = args
+        .scale
+        .apply(&Workload::resolve(&args.workload)?, &profile)?;
     let report = if args.mode == Mode::Baseline {
         let report = run_mode(args.mode, &profile, &workload, args.seed)?;
         RunReport::new(
@@ -591,14 +594,14 @@ fn suite(name: &str) -> anyhow::Result<Vec<&'static str>> {
     match name {
         // The paper's programs, our two programs with nothing to gain, phases, two tenants.
         "paper" => Ok(builtin_workloads()),
-        other => anyhow::bail!("unknown suite {other:?}; known suites: paper"),
+        // What page colouring can do (art, cg, two tenants) and a program with nothing to
+        // gain, on machines of today, against CAT.
+        "modern" => Ok(vec!["art-like", "cg-like", "noisy-neighbour", "mcf-like"]),
+        other => anyhow::bail!("unknown suite {other:?}; known suites: paper, modern"),
     }
 }
 
 fn eval(args: EvalArgs) -> anyhow::Result<ExitCode> {
-    if !(args.scale.is_finite() && args.scale > 0.0) {
-        anyhow::bail!("--scale must be a positive number, got {}", args.scale);
-    }
     if args.jobs == 0 {
         anyhow::bail!("--jobs must be at least 1");
     }
@@ -609,21 +612,30 @@ fn eval(args: EvalArgs) -> anyhow::Result<ExitCode> {
         oracle_grid: args.oracle_grid,
     }
     .config()?;
-    let machines = args
+    let modern = args.suite == "modern";
+    let default_machines: &[&str] = if modern {
+        &["zen4-like", "spr-like", "neoverse-like"]
+    } else {
+        &["ppc970fx", "xeon-like"]
+    };
+    let machine_names = args
         .machines
+        .clone()
+        .unwrap_or_else(|| default_machines.iter().map(|m| m.to_string()).collect());
+    let machines = machine_names
         .iter()
         .map(|m| MachineProfile::resolve(m))
         .collect::<Result<Vec<_>, _>>()?;
     let loaded = workloads
         .iter()
-        .map(|w| Ok(Workload::resolve(w)?.scaled(args.scale)))
-        .collect::<anyhow::Result<Vec<_>>>()?;
+        .map(|w| Workload::resolve(w))
+        .collect::<Result<Vec<_>, _>>()?;
     // Every (machine, workload) pair is independent: run them on `jobs` threads, each pair
     // deterministic by itself, and keep the rows in suite order.
-    let pairs: Vec<(&MachineProfile, &Workload)> = machines
+    let pairs: Vec<(&MachineProfile, Workload)> = machines
         .iter()
-        .flat_map(|m| loaded.iter().map(move |w| (m, w)))
-        .collect();
+        .flat_map(|m| loaded.iter().map(move |w| Ok((m, args.scale.apply(w, m)?))))
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let total = pairs.len();
     let next = std::sync::atomic::AtomicUsize::new(0);
     let results: std::sync::Mutex<Vec<Option<anyhow::Result<closed_loop::EvalRow>>>> =
@@ -632,7 +644,7 @@ fn eval(args: EvalArgs) -> anyhow::Result<ExitCode> {
         for _ in 0..args.jobs.min(total) {
             scope.spawn(|| loop {
                 let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let Some(&(machine, workload)) = pairs.get(i) else {
+                let Some((machine, workload)) = pairs.get(i) else {
                     break;
                 };
                 let make = || Machine::new(machine, workload, args.seed);
@@ -642,11 +654,13 @@ fn eval(args: EvalArgs) -> anyhow::Result<ExitCode> {
                     machine.name,
                     workload.name
                 ));
-                let row =
-                    closed_loop::evaluate(&machine.name, &workload.name, &make, &cfg, &mut report)
-                        .with_context(|| {
-                            format!("evaluating {} on {}", workload.name, machine.name)
-                        });
+                let evaluate = if modern {
+                    closed_loop::evaluate_modern
+                } else {
+                    closed_loop::evaluate
+                };
+                let row = evaluate(&machine.name, &workload.name, &make, &cfg, &mut report)
+                    .with_context(|| format!("evaluating {} on {}", workload.name, machine.name));
                 if let Ok(r) = &row {
                     report(&format!(
                         "done: speedup {:.3} (linear {:.3}), oracle {:.3}",
@@ -664,10 +678,10 @@ fn eval(args: EvalArgs) -> anyhow::Result<ExitCode> {
         .map(|r| r.expect("every pair ran"))
         .collect::<anyhow::Result<Vec<_>>>()?;
     let mut command = format!("rocsctl sim eval --suite {}", args.suite);
-    if args.machines != ["ppc970fx", "xeon-like"] {
-        command += &format!(" --machines {}", args.machines.join(","));
+    if let Some(m) = &args.machines {
+        command += &format!(" --machines {}", m.join(","));
     }
-    if args.scale != 1.0 {
+    if args.scale != Scale::Length(1.0) {
         command += &format!(" --scale {}", args.scale);
     }
     if args.seed != 1 {
@@ -682,21 +696,38 @@ fn eval(args: EvalArgs) -> anyhow::Result<ExitCode> {
     if let Some(dir) = &args.out {
         command += &format!(" --out {}", dir.display());
     }
-    let evaluation =
-        closed_loop::Evaluation::new(command, args.seed, args.scale, args.windows, rows);
-    let markdown = evaluation.markdown();
+    let length = match args.scale {
+        Scale::Length(v) | Scale::Auto { length: v } => v,
+    };
+    let evaluation = closed_loop::Evaluation::new(command, args.seed, length, args.windows, rows);
+    let markdown = if modern {
+        evaluation.modern_markdown()
+    } else {
+        evaluation.markdown()
+    };
     if let Some(dir) = &args.out {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         let write = |name: String, text: &str| {
             let path = dir.join(name);
             std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))
         };
-        write("README.md".into(), &markdown)?;
+        let (page, json, svg): (&str, &str, fn(&closed_loop::Evaluation, &str) -> String) =
+            if modern {
+                (
+                    "modern.md",
+                    "modern.json",
+                    closed_loop::Evaluation::modern_svg,
+                )
+            } else {
+                ("README.md", "evaluation.json", closed_loop::Evaluation::svg)
+            };
+        write(page.into(), &markdown)?;
         for m in evaluation.machines() {
-            write(format!("speedup-{m}.svg"), &evaluation.svg(&m))?;
+            let prefix = if modern { "modern" } else { "speedup" };
+            write(format!("{prefix}-{m}.svg"), &svg(&evaluation, &m))?;
         }
         write(
-            "evaluation.json".into(),
+            json.into(),
             &(serde_json::to_string_pretty(&evaluation)? + "\n"),
         )?;
         eprintln!("wrote {}", dir.display());

@@ -1,5 +1,9 @@
 //! Simulator throughput: simulated memory accesses per second for art-like on ppc970fx
-//! (and mcf-like, whose random accesses miss the L1 far more often).
+//! (and mcf-like, whose random accesses miss the L1 far more often), art-like on xeon-like
+//! (the DRRIP LLC, models off), art-like at its own sizes on spr-like (every model on:
+//! prefetcher, TLB, victim L3; what the models cost) and art-like sized to zen4-like's LLC
+//! (`--scale auto`, every model on: 128 MiB streamed past a 32 MiB LLC, whose tags no longer
+//! fit the host's caches).
 //!
 //!     cargo bench -p rocs-sim --bench sim
 //!
@@ -12,7 +16,7 @@ use std::time::Duration;
 
 use criterion::measurement::{Measurement, ValueFormatter, WallTime};
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
-use rocs_sim::{Machine, MachineProfile, Workload};
+use rocs_sim::{Machine, MachineProfile, Scale, Workload};
 
 /// CPU time of the calling thread.
 fn thread_cpu_time() -> Duration {
@@ -56,19 +60,37 @@ impl Measurement for ThreadCpuTime {
     }
 }
 
+/// (workload, machine, how it is sized).
+const CASES: &[(&str, &str, Scale)] = &[
+    ("art-like", "ppc970fx", Scale::Length(1.0)),
+    ("mcf-like", "ppc970fx", Scale::Length(1.0)),
+    ("art-like", "xeon-like", Scale::Length(1.0)),
+    ("art-like", "spr-like", Scale::Length(1.0)),
+    ("art-like", "zen4-like", Scale::Auto { length: 1.0 }),
+];
+
 fn bench_with<M: Measurement>(c: &mut Criterion<M>, group_name: &str) {
-    let profile = MachineProfile::resolve("ppc970fx").unwrap();
     let mut group = c.benchmark_group(group_name);
     group.sample_size(10);
-    for name in ["art-like", "mcf-like"] {
+    for (name, machine, scale) in CASES {
+        let Ok(profile) = MachineProfile::resolve(machine) else {
+            eprintln!("{machine}: not built in here, skipped");
+            continue;
+        };
         // 5 million accesses per iteration.
-        let base = Workload::resolve(name).unwrap();
-        let total: u64 = base.processes.iter().map(|p| p.accesses.unwrap_or(0)).sum();
-        let w = base.scaled(5e6 / total as f64);
+        let sized = scale
+            .apply(&Workload::resolve(name).unwrap(), &profile)
+            .unwrap();
+        let total: u64 = sized
+            .processes
+            .iter()
+            .map(|p| p.accesses.unwrap_or(0))
+            .sum();
+        let w = sized.scaled(5e6 / (total as f64 * sized.scale));
         let mut probe = Machine::new(&profile, &w, 1).unwrap();
         probe.run_to_end().unwrap();
         group.throughput(Throughput::Elements(probe.totals().accesses));
-        group.bench_function(format!("{name}/ppc970fx"), |b| {
+        group.bench_function(format!("{name}/{machine}"), |b| {
             b.iter_batched(
                 || Machine::new(&profile, &w, 1).unwrap(),
                 |mut m| {

@@ -40,6 +40,8 @@ const RRPV_MAX: u8 = 3;
 const PSEL_MAX: u32 = 1023;
 /// Every 64 sets, one SRRIP leader and one BRRIP leader.
 const DUEL_PERIOD: usize = 64;
+/// A way mask that allows every way.
+const ALL_WAYS: u64 = u64::MAX;
 
 /// One cache level.
 #[derive(Clone, Debug)]
@@ -126,8 +128,35 @@ impl Cache {
     pub fn access_line(&mut self, line: u64) -> bool {
         let base = self.set_base(line);
         match self.policy {
-            Policy::Lru => self.access_lru(base, line),
-            _ => self.access_rrip(base, line),
+            Policy::Lru => self.access_lru(base, line).0,
+            _ => self.access_rrip(base, line, ALL_WAYS).0,
+        }
+    }
+
+    /// Reference one line, installing it on a miss into one of the ways of `way_mask` (bit
+    /// i = way i, as a resctrl capacity bitmask: a hit may be in any way, a fill only goes
+    /// where the mask allows). Returns whether it hit and the line it evicted, if any.
+    /// A mask other than all ways needs an RRIP-family policy (the LRU layout keeps no way
+    /// identity; profiles refuse that combination).
+    #[inline]
+    pub fn access_line_evicting(&mut self, line: u64, way_mask: u64) -> (bool, Option<u64>) {
+        let base = self.set_base(line);
+        let (hit, evicted) = match self.policy {
+            Policy::Lru => {
+                debug_assert!(way_mask & self.all_ways() == self.all_ways());
+                self.access_lru(base, line)
+            }
+            _ => self.access_rrip(base, line, way_mask),
+        };
+        (hit, (evicted != INVALID).then_some(evicted))
+    }
+
+    /// The mask of every way of this cache.
+    pub fn all_ways(&self) -> u64 {
+        if self.ways >= 64 {
+            u64::MAX
+        } else {
+            (1u64 << self.ways) - 1
         }
     }
 
@@ -148,45 +177,51 @@ impl Cache {
         }
     }
 
+    /// (hit, the line that fell off the LRU end or INVALID).
     #[inline(always)]
-    fn access_lru(&mut self, base: usize, line: u64) -> bool {
+    fn access_lru(&mut self, base: usize, line: u64) -> (bool, u64) {
         let set = &mut self.tags[base..base + self.ways];
         let mut prev = set[0];
         if prev == line {
-            return true;
+            return (true, INVALID);
         }
         // Shift towards the LRU end while scanning; stop where the line was found.
         for slot in set[1..].iter_mut() {
             let cur = std::mem::replace(slot, prev);
             if cur == line {
                 set[0] = line;
-                return true;
+                return (true, INVALID);
             }
             prev = cur;
         }
         set[0] = line;
-        false
+        (false, prev)
     }
 
-    fn access_rrip(&mut self, base: usize, line: u64) -> bool {
+    /// (hit, the line evicted or INVALID); fills only go to the ways of `way_mask`.
+    #[inline(always)]
+    fn access_rrip(&mut self, base: usize, line: u64, way_mask: u64) -> (bool, u64) {
         let ways = self.ways;
         let set = &mut self.tags[base..base + ways];
         let rrpv = &mut self.rrpv[base..base + ways];
         if let Some(i) = set.iter().position(|&t| t == line) {
             rrpv[i] = 0;
-            return true;
+            return (true, INVALID);
         }
-        // Victim: an empty slot, else the first slot predicted re-referenced most distantly
-        // (age all until one is).
-        let victim = if let Some(i) = set.iter().position(|&t| t == INVALID) {
+        let allowed = |i: usize| way_mask >> i & 1 == 1;
+        // Victim among the allowed ways: an empty slot, else the first slot predicted
+        // re-referenced most distantly (age the allowed ways until one is).
+        let victim = if let Some(i) = (0..ways).find(|&i| allowed(i) && set[i] == INVALID) {
             i
         } else {
             loop {
-                if let Some(i) = rrpv.iter().position(|&r| r >= RRPV_MAX) {
+                if let Some(i) = (0..ways).find(|&i| allowed(i) && rrpv[i] >= RRPV_MAX) {
                     break i;
                 }
-                for r in rrpv.iter_mut() {
-                    *r += 1;
+                for (i, r) in rrpv.iter_mut().enumerate() {
+                    if allowed(i) {
+                        *r += 1;
+                    }
                 }
             }
         };
@@ -217,9 +252,9 @@ impl Cache {
         } else {
             RRPV_MAX - 1
         };
-        set[victim] = line;
+        let evicted = std::mem::replace(&mut set[victim], line);
         rrpv[victim] = insert;
-        false
+        (false, evicted)
     }
 
     /// Drop `line` if present (its frame changed). True if it was cached.
@@ -351,6 +386,35 @@ mod tests {
                 }
                 set.push_front(line);
             }
+        }
+    }
+
+    #[test]
+    fn disjoint_way_masks_make_private_caches() {
+        // What a capacity bitmask means (Intel SDM Vol. 3B, 18.19): a fill only goes to a
+        // way of the filler's mask. Two processes with disjoint masks therefore each see a
+        // private cache of their ways: every hit and miss is the one they would have alone
+        // in a cache of that many ways.
+        let geometry = |ways| CacheGeometry::new(64, 4, ways, 1, 4096).unwrap();
+        let mut shared = Cache::new(geometry(8), Policy::Srrip);
+        let mut alone = [
+            Cache::new(geometry(3), Policy::Srrip),
+            Cache::new(geometry(5), Policy::Srrip),
+        ];
+        let masks = [0b0000_0111, 0b1111_1000];
+        let mut x = 3u64;
+        for _ in 0..20_000 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let who = (x >> 63) as usize;
+            let line = 1000 * who as u64 + (x >> 20) % 40;
+            let (hit, evicted) = shared.access_line_evicting(line, masks[who]);
+            assert_eq!(hit, alone[who].access_line(line), "line {line}");
+            assert!(
+                evicted.is_none_or(|e| e / 1000 == who as u64),
+                "only its own lines"
+            );
         }
     }
 

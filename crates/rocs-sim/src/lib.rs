@@ -11,9 +11,11 @@ pub mod closed_loop;
 pub mod error;
 pub mod frames;
 pub mod machine;
+pub mod prefetch;
 pub mod profile;
 pub mod rng;
 pub mod size;
+pub mod tlb;
 pub mod trace;
 pub mod workload;
 
@@ -22,7 +24,11 @@ pub use error::SimError;
 pub use machine::{
     Machine, ProcessStats, RegionStats, RunStats, TraceFormat, TraceInput, TraceSpec, FIRST_PID,
 };
-pub use profile::{builtin_machines, LevelSpec, MachineProfile, PmuSpec};
+pub use profile::{
+    builtin_machines, Fill, LevelSpec, MachineProfile, PmuSpec, PrefetchSpec, TlbSpec,
+};
 pub use size::ByteSize;
 pub use trace::{LackeyReader, TraceEvent, TraceKind};
-pub use workload::{builtin_workloads, Pattern, PhaseSpec, ProcessSpec, RegionSpec, Workload};
+pub use workload::{
+    builtin_workloads, Pattern, PhaseSpec, ProcessSpec, RegionSpec, Scale, Workload,
+};

@@ -27,6 +27,60 @@ pub struct LevelSpec {
     pub latency: u32,
     #[serde(default = "lru")]
     pub policy: Policy,
+    /// LLC only: how lines get into it (default: on a miss, like every other level).
+    #[serde(default)]
+    pub fill: Fill,
+}
+
+/// How lines get into the LLC.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Fill {
+    /// A line missed in every level is installed in every level (non-inclusive,
+    /// non-exclusive: an LLC eviction does not reach into the L2).
+    #[default]
+    OnMiss,
+    /// A victim cache: lines from memory go to the L2 only, and the LLC is filled by the
+    /// L2's evictions; an LLC hit leaves its copy there (Intel's non-inclusive L3 since
+    /// Skylake-SP).
+    Victim,
+    /// A victim cache whose hits move the line to the L2, leaving the LLC (AMD Zen's L3,
+    /// "mostly exclusive").
+    ExclusiveVictim,
+}
+
+/// An L2 stream/stride prefetcher: per 4 KiB page, once `train` accesses in a row have
+/// had the same stride, it fetches up to `degree` lines per access, running up to
+/// `distance` lines ahead, never past the page. Prefetched lines fill the L2 and, unless
+/// the LLC is a victim cache, the LLC.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PrefetchSpec {
+    /// Pages tracked at once (the least recently used is replaced).
+    pub streams: usize,
+    pub degree: u32,
+    pub distance: u32,
+    /// Accesses with the same stride before prefetching starts (at least 2: a stride needs
+    /// two).
+    #[serde(default = "default_train")]
+    pub train: u32,
+    /// Switch the L2 prefetchers off while the PMU samples (ROCS profiled so: prefetching
+    /// hides streaming pages from the profile, Fig. 4; MSR 0x1A4 bit 0 on Intel).
+    #[serde(default)]
+    pub off_while_sampling: bool,
+}
+
+/// A data TLB whose misses walk the page table through the L2 and the LLC: the walker reads
+/// the leaf page-table entry (8 bytes, 8 to a 64-byte line); the upper levels are taken to
+/// hit in the paging-structure caches (Intel SDM Vol. 3A, 4.10.3).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlbSpec {
+    pub entries: u64,
+    pub ways: u64,
+    /// Cycles of a walk besides reading the entry (the walker's own steps).
+    #[serde(default)]
+    pub walk_cycles: u32,
 }
 
 /// The PMU model.
@@ -71,6 +125,9 @@ fn default_sample_cost() -> u32 {
 fn default_ring() -> usize {
     1 << 16
 }
+fn default_train() -> u32 {
+    2
+}
 fn default_migration_ns() -> f64 {
     2000.0
 }
@@ -105,12 +162,24 @@ pub struct MachineProfile {
     pub llc: LevelSpec,
     #[serde(default)]
     pub pmu: PmuSpec,
+    /// An L2 hardware prefetcher (none if absent).
+    #[serde(default)]
+    pub prefetch: Option<PrefetchSpec>,
+    /// A data TLB with page walks through the caches (none if absent: translation free).
+    #[serde(default)]
+    pub tlb: Option<TlbSpec>,
 }
 
 const BUILTIN_MACHINES: &[(&str, &str)] = &[
     ("ppc970fx", include_str!("../machines/ppc970fx.toml")),
     ("xeon-like", include_str!("../machines/xeon-like.toml")),
     ("tiny", include_str!("../machines/tiny.toml")),
+    ("zen4-like", include_str!("../machines/zen4-like.toml")),
+    ("spr-like", include_str!("../machines/spr-like.toml")),
+    (
+        "neoverse-like",
+        include_str!("../machines/neoverse-like.toml"),
+    ),
 ];
 
 /// Names of the built-in machine profiles.
@@ -225,6 +294,25 @@ impl MachineProfile {
                 return Err(invalid(format!("{what}: only the llc may have slices")));
             }
         }
+        if self.l1d.fill != Fill::OnMiss
+            || self.l1i.as_ref().is_some_and(|l| l.fill != Fill::OnMiss)
+            || self.l2.as_ref().is_some_and(|l| l.fill != Fill::OnMiss)
+        {
+            return Err(invalid("only the llc may set fill".into()));
+        }
+        if self.llc.fill != Fill::OnMiss && self.l2.is_none() {
+            return Err(invalid(
+                "llc: a victim cache (fill = \"victim\" or \"exclusive-victim\") needs an [l2] to fill it"
+                    .into(),
+            ));
+        }
+        if self.llc.ways > 64 {
+            return Err(invalid(format!(
+                "llc: at most 64 ways (way masks are 64 bits), got {}",
+                self.llc.ways
+            )));
+        }
+        self.validate_models(file)?;
         let frames = self.memory.0 / self.page_size.0;
         if !self.memory.0.is_multiple_of(self.page_size.0)
             || frames == 0
@@ -236,6 +324,57 @@ impl MachineProfile {
             )));
         }
         Ok(())
+    }
+
+    /// The prefetcher and the TLB.
+    fn validate_models(&self, file: &str) -> Result<(), SimError> {
+        let invalid = |message: String| SimError::Invalid {
+            file: file.to_string(),
+            message,
+        };
+        if let Some(p) = &self.prefetch {
+            if self.l2.is_none() {
+                return Err(invalid(
+                    "prefetch: the prefetcher is the L2's: add an [l2]".into(),
+                ));
+            }
+            if p.streams == 0
+                || p.streams > 1024
+                || p.degree == 0
+                || p.degree as usize > crate::prefetch::MAX_DEGREE
+                || p.distance < p.degree
+            {
+                return Err(invalid(format!(
+                    "prefetch: need 1..=1024 streams, degree in 1..=16 and distance >= degree (got {}, {}, {})",
+                    p.streams, p.degree, p.distance
+                )));
+            }
+            if !(2..=64).contains(&p.train) {
+                return Err(invalid(format!(
+                    "prefetch: train must be in 2..=64 (a stride needs two accesses), got {}",
+                    p.train
+                )));
+            }
+        }
+        if let Some(t) = &self.tlb {
+            if t.ways == 0
+                || t.entries == 0
+                || !t.entries.is_multiple_of(t.ways)
+                || !(t.entries / t.ways).is_power_of_two()
+            {
+                return Err(invalid(format!(
+                    "tlb: entries ({}) must be ways ({}) times a power of two",
+                    t.entries, t.ways
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// True if any model beyond the caches of the paper's machines is on (prefetcher,
+    /// TLB, a victim LLC).
+    pub fn has_modern_models(&self) -> bool {
+        self.prefetch.is_some() || self.tlb.is_some() || self.llc.fill != Fill::OnMiss
     }
 
     /// Geometry of a level; the profile was validated, so this cannot fail.

@@ -23,7 +23,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::error::SimError;
-use crate::profile::{looks_like_path, parse_toml, read_file};
+use crate::profile::{looks_like_path, parse_toml, read_file, MachineProfile};
 use crate::size::ByteSize;
 
 /// How a region's addresses are walked.
@@ -49,7 +49,13 @@ pub enum Pattern {
 #[serde(deny_unknown_fields)]
 pub struct RegionSpec {
     pub name: String,
+    /// Size in bytes; or give `size_llc`.
+    #[serde(default = "no_size")]
     pub size: ByteSize,
+    /// Size as a share of the machine's LLC (0.5 = half of it; 4 = four times it), so that
+    /// the region means the same on every machine. Resolved when the machine is built.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size_llc: Option<f64>,
     pub pattern: Pattern,
     /// Share of the process's accesses that go here (relative weight).
     #[serde(default)]
@@ -74,6 +80,9 @@ pub struct RegionSpec {
     pub mlp: f64,
 }
 
+fn no_size() -> ByteSize {
+    ByteSize(0)
+}
 fn default_elem() -> u32 {
     8
 }
@@ -127,6 +136,10 @@ pub struct Workload {
     /// Multiplies every phase length (tests run shortened workloads).
     #[serde(default = "default_scale")]
     pub scale: f64,
+    /// The LLC the byte sizes were chosen for: `--scale auto` rescales them (and the run
+    /// lengths, so that each set is walked as many times) to another machine's LLC.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub designed_for_llc: Option<ByteSize>,
     #[serde(rename = "process")]
     pub processes: Vec<ProcessSpec>,
 }
@@ -182,6 +195,40 @@ impl Workload {
         let mut w = self.clone();
         w.scale *= factor;
         w
+    }
+
+    /// The workload on a machine whose LLC holds `llc_bytes`: every `size_llc` region in
+    /// bytes (a whole number of elements, at least one).
+    pub fn sized_for(&self, llc_bytes: u64) -> Workload {
+        let mut w = self.clone();
+        for r in w.processes.iter_mut().flat_map(|p| p.regions.iter_mut()) {
+            if let Some(share) = r.size_llc.take() {
+                r.size = ByteSize(elements(share * llc_bytes as f64, r.elem));
+            }
+        }
+        w
+    }
+
+    /// `--scale auto`: the byte sizes rescaled from the LLC the workload was designed for
+    /// to one of `llc_bytes` (a reused set that fitted still fits with the same room, a
+    /// stream stays as many times the LLC), the run lengths in proportion times `length`.
+    pub fn auto_scaled(&self, llc_bytes: u64, length: f64) -> Result<Workload, SimError> {
+        let Some(design) = self.designed_for_llc else {
+            return Err(SimError::Unsupported(format!(
+                "workload '{}' has no designed_for_llc: --scale auto cannot tell what its \
+                 sizes are relative to (give designed_for_llc = \"SIZE\" or sizes as size_llc)",
+                self.name
+            )));
+        };
+        let factor = llc_bytes as f64 / design.0 as f64;
+        let mut w = self.scaled(factor * length);
+        for r in w.processes.iter_mut().flat_map(|p| p.regions.iter_mut()) {
+            if r.size_llc.is_none() {
+                r.size = ByteSize(elements(r.size.0 as f64 * factor, r.elem));
+            }
+        }
+        w.designed_for_llc = Some(ByteSize(llc_bytes));
+        Ok(w)
     }
 
     /// The phases of process `i` as they will run (lengths scaled, shares resolved per region).
@@ -257,6 +304,66 @@ impl Workload {
     }
 }
 
+/// How workloads are sized for a machine: `--scale 0.3` (run lengths times 0.3, sizes as
+/// written) or `--scale auto` / `--scale auto:0.1` (sizes relative to the machine's LLC,
+/// see [`Workload::auto_scaled`], lengths in proportion, times 0.1).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Scale {
+    Length(f64),
+    Auto { length: f64 },
+}
+
+impl std::str::FromStr for Scale {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Scale, String> {
+        let number = |t: &str| match t.trim().parse::<f64>() {
+            Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+            _ => Err(format!(
+                "'{s}' is not a scale: give a positive number (run lengths), auto (sizes \
+                 relative to the machine's LLC) or auto:N (that, lengths times N)"
+            )),
+        };
+        match s.trim().strip_prefix("auto") {
+            Some("") => Ok(Scale::Auto { length: 1.0 }),
+            Some(rest) => match rest.strip_prefix(':') {
+                Some(n) => Ok(Scale::Auto { length: number(n)? }),
+                None => number(s).map(Scale::Length),
+            },
+            None => number(s).map(Scale::Length),
+        }
+    }
+}
+
+impl std::fmt::Display for Scale {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Scale::Length(v) => write!(f, "{v}"),
+            Scale::Auto { length } if *length == 1.0 => write!(f, "auto"),
+            Scale::Auto { length } => write!(f, "auto:{length}"),
+        }
+    }
+}
+
+impl Scale {
+    /// `workload` as it runs on `profile`.
+    pub fn apply(
+        &self,
+        workload: &Workload,
+        profile: &MachineProfile,
+    ) -> Result<Workload, SimError> {
+        match *self {
+            Scale::Length(v) => Ok(workload.scaled(v)),
+            Scale::Auto { length } => workload.auto_scaled(profile.llc.size.0, length),
+        }
+    }
+}
+
+/// `bytes` rounded to a whole number of `elem`-byte elements, at least one.
+fn elements(bytes: f64, elem: u32) -> u64 {
+    ((bytes / elem as f64).round() as u64).max(1) * elem as u64
+}
+
 impl RegionSpec {
     /// What is wrong with this region, if anything.
     fn check(&self) -> Result<(), String> {
@@ -266,6 +373,16 @@ impl RegionSpec {
                 "elem must be a power of two in 1..=4096, got {}",
                 r.elem
             ));
+        }
+        if let Some(share) = r.size_llc {
+            if r.size.0 != 0 {
+                return Err("give size or size_llc, not both".into());
+            }
+            if !(share.is_finite() && share > 0.0 && share <= 256.0) {
+                return Err(format!("size_llc must be in (0, 256], got {share}"));
+            }
+            // The rest is checked once the machine gives the size.
+            return Ok(());
         }
         if r.size.0 < r.elem as u64 || !r.size.0.is_multiple_of(r.elem as u64) {
             return Err(format!(
@@ -377,6 +494,32 @@ mod tests {
     fn unknown_workload_lists_the_known_ones() {
         let e = Workload::resolve("gcc-like").unwrap_err().to_string();
         assert!(e.contains("art-like") && e.contains("mcf-like"), "{e}");
+    }
+
+    #[test]
+    fn sizes_follow_the_llc() {
+        let art = Workload::resolve("art-like").unwrap();
+        let zen = MachineProfile::resolve("zen4-like").unwrap();
+        let auto: Scale = "auto:0.5".parse().unwrap();
+        let w = auto.apply(&art, &zen).unwrap();
+        // 32 MiB is 64 times ppc970fx's 512 KiB: the 2 MiB weights become 128 MiB, and
+        // the run is 64 times as long, halved.
+        let weights = &w.processes[0].regions[0];
+        assert_eq!(weights.size, ByteSize(128 << 20));
+        assert_eq!(w.resolved_phases(0)[0].0, 100_000_000 * 32);
+        assert_eq!("0.3".parse::<Scale>().unwrap(), Scale::Length(0.3));
+        assert!("auto:x".parse::<Scale>().unwrap_err().contains("auto:N"));
+        let text = "name = \"w\"\n[[process]]\nname = \"p\"\naccesses = 10\n[[process.region]]\nname = \"a\"\nsize_llc = 0.25\npattern = \"random\"\nshare = 1.0\n";
+        let w = Workload::from_toml("w.toml", text).unwrap();
+        assert_eq!(
+            w.sized_for(32 << 20).processes[0].regions[0].size,
+            ByteSize(8 << 20)
+        );
+        let e = Workload::from_toml("w.toml", &text.replace("size_llc", "size = 4096\nsize_llc"))
+            .unwrap_err();
+        assert!(e.to_string().contains("not both"), "{e}");
+        let e = auto.apply(&w, &zen).unwrap_err();
+        assert!(e.to_string().contains("designed_for_llc"), "{e}");
     }
 
     #[test]

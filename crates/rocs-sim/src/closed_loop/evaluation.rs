@@ -6,7 +6,8 @@ use serde::Serialize;
 use rocs_core::Knobs;
 
 use super::{
-    ratio, run_baseline, run_oracle, run_rocs, LoopConfig, LoopError, MachineFactory, RocsRun,
+    ratio, run_baseline, run_cat, run_oracle, run_rocs, CatRun, LoopConfig, LoopError,
+    MachineFactory, RocsRun,
 };
 
 /// One search mode's rocs run in an evaluation row.
@@ -52,6 +53,13 @@ pub struct EvalRow {
     pub oracle_speedup: f64,
     pub adaptive: EvalMode,
     pub linear: EvalMode,
+    /// Modern suite: CAT as the rival (oracle-CAT, and rocs on its masks).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cat: Option<CatRun>,
+    /// Modern suite, machines with a prefetcher: rocs (adaptive) profiling with the
+    /// prefetcher left on (baseline cycles / its cycles).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prefetch_on_speedup: Option<f64>,
 }
 
 /// Evaluate one workload: baseline, rocs with `adaptive` and `linear` search, and the
@@ -118,7 +126,54 @@ pub fn evaluate(
         oracle_speedup: ratio(b.cycles, oracle.stats.cycles),
         adaptive: mode(&adaptive),
         linear: mode(&linear),
+        cat: None,
+        prefetch_on_speedup: None,
     })
+}
+
+/// The modern suite's evaluation of one workload: [`evaluate`] with a pollute buffer of
+/// 1/16 of the LLC's colours (ROCS's 1 of the 970FX's 16: one colour of a 512-colour LLC
+/// is 64 KB), then CAT as the rival ([`run_cat`]) and, where the machine has a prefetcher
+/// switched off while profiling, rocs profiling with it left on.
+pub fn evaluate_modern(
+    machine: &str,
+    workload: &str,
+    make: &MachineFactory<'_>,
+    cfg: &LoopConfig,
+    progress: &mut dyn FnMut(&str),
+) -> Result<EvalRow, LoopError> {
+    let probe = make()?;
+    let colours = probe.llc_geometry().colours();
+    let mut cfg = cfg.clone();
+    cfg.knobs.pollute_colours = rocs_core::PolluteColours::Count((colours / 16).max(1));
+    let mut row = evaluate(machine, workload, make, &cfg, progress)?;
+    let knobs = Knobs {
+        search: rocs_core::SearchMode::Adaptive,
+        ..cfg.knobs.clone()
+    };
+    row.cat = Some(run_cat(
+        make,
+        row.baseline_cycles,
+        &knobs,
+        row.window_cycles,
+        progress,
+    )?);
+    if probe
+        .profile()
+        .prefetch
+        .as_ref()
+        .is_some_and(|p| p.off_while_sampling)
+    {
+        progress("rocs, prefetcher left on while profiling");
+        let prefetch_on = || {
+            let mut m = make()?;
+            m.set_prefetch_off_while_sampling(false);
+            Ok(m)
+        };
+        let run = run_rocs(&prefetch_on, &knobs, row.window_cycles)?;
+        row.prefetch_on_speedup = Some(ratio(row.baseline_cycles, run.stats.cycles));
+    }
+    Ok(row)
 }
 
 /// A whole evaluation: rows for every machine and workload, and how to show them.
@@ -190,6 +245,7 @@ impl Evaluation {
             out.extend(self.check_mode(name, pick));
         }
         out.push(self.check_never_worse());
+        out.extend(self.check_no_loss());
         out.extend(self.check_search_cost());
         out.extend(self.check_phased());
         out
@@ -292,6 +348,37 @@ impl Evaluation {
                 format!("below: {}", lost.join("; "))
             },
         }
+    }
+
+    /// Modern suite: nothing loses more than 1%, anywhere.
+    fn check_no_loss(&self) -> Option<TargetCheck> {
+        if self.rows.iter().all(|r| r.cat.is_none()) {
+            return None;
+        }
+        let lost: Vec<String> = self
+            .rows
+            .iter()
+            .filter(|r| r.adaptive.speedup < 0.99)
+            .map(|r| format!("{} on {}: {:.3}", r.workload, r.machine, r.adaptive.speedup))
+            .collect();
+        Some(TargetCheck {
+            target: format!(
+                "adaptive: nothing loses more than 1% ({} workloads)",
+                self.rows.len()
+            ),
+            reached: lost.is_empty(),
+            detail: if lost.is_empty() {
+                format!(
+                    "lowest {:.3}",
+                    self.rows
+                        .iter()
+                        .map(|r| r.adaptive.speedup)
+                        .fold(f64::INFINITY, f64::min)
+                )
+            } else {
+                format!("below: {}", lost.join("; "))
+            },
+        })
     }
 
     /// The adaptive search against the linear one: fewer windows, not slower.
@@ -402,6 +489,8 @@ mod tests {
             oracle_speedup: oracle,
             linear: adaptive.clone(),
             adaptive,
+            cat: None,
+            prefetch_on_speedup: None,
         }
     }
 

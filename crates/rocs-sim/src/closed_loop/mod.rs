@@ -16,6 +16,8 @@
 mod evaluation;
 mod oracle;
 mod render;
+mod render_modern;
+mod rival;
 
 use std::collections::BTreeSet;
 use std::time::Instant;
@@ -25,8 +27,9 @@ use rocs_core::{
     Pid, State, VirtPage,
 };
 
-pub use evaluation::{evaluate, EvalMode, EvalRow, Evaluation, TargetCheck};
+pub use evaluation::{evaluate, evaluate_modern, EvalMode, EvalRow, Evaluation, TargetCheck};
 pub use oracle::{run_oracle, run_with_placements};
+pub use rival::{run_cat, CatRun};
 use serde::Serialize;
 use thiserror::Error;
 

@@ -1,7 +1,7 @@
 //! Generated workloads: each process a set of regions, each region an access pattern over
 //! its pages, picked by the shares of the current phase.
 
-use super::hierarchy::{line_ref, Served, Timing};
+use super::hierarchy::{line_ref, modern_ref, Served, Timing};
 use super::{ProcState, FP};
 use crate::cache::Cache;
 use crate::error::SimError;
@@ -231,6 +231,7 @@ impl GenProc {
         limit_fp: u64,
     ) {
         let page_mask = (1u64 << page_shift) - 1;
+        let modern = st.core.modern.any();
         while st.clock_fp < limit_fp {
             if self.left == 0 {
                 self.phase += 1;
@@ -260,7 +261,11 @@ impl GenProc {
             let paddr = (pfn << page_shift) | (off & page_mask);
             st.c.accesses += 1;
             let vaddr = reg.base_va + off;
-            let served = line_ref(&mut st.core, llc, &mut st.c, vaddr, paddr);
+            let (served, walk_fp) = if modern {
+                modern_ref(&mut st.core, llc, &mut st.c, t, vaddr, paddr, page_shift)
+            } else {
+                (line_ref(&mut st.core, llc, &mut st.c, vaddr, paddr), 0)
+            };
             reg.accesses += 1;
             st.instr_fp += reg.instr_fp;
             let latency = match served {
@@ -276,7 +281,7 @@ impl GenProc {
                     reg.mem_fp
                 }
             };
-            st.clock_fp += reg.base_fp + latency;
+            st.clock_fp += reg.base_fp + latency + walk_fp;
             if served >= Served::Llc && !is_write && st.pmu.enabled {
                 st.pmu_event(t, vaddr, Some(paddr), served, latency);
             }

@@ -2,8 +2,11 @@
 //! counted, and the level that served it.
 
 use super::stats::Counts;
+use super::FP_SHIFT;
 use crate::cache::Cache;
-use crate::profile::{LevelSpec, MachineProfile};
+use crate::prefetch::{Prefetcher, MAX_DEGREE};
+use crate::profile::{Fill, LevelSpec, MachineProfile};
+use crate::tlb::Tlb;
 use rocs_core::CacheGeometry;
 
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -18,6 +21,30 @@ pub(super) struct Core {
     pub(super) l1d: Cache,
     pub(super) l1i: Option<Cache>,
     pub(super) l2: Option<Cache>,
+    /// The models beyond the paper's machines; any of them on sends generated accesses
+    /// down [`modern_ref`] instead of [`line_ref`].
+    pub(super) modern: Modern,
+}
+
+/// A core's prefetcher, TLB, how the LLC is filled, and its process's LLC way mask.
+pub(super) struct Modern {
+    pub(super) prefetch: Option<Prefetcher>,
+    /// The prefetcher is switched off (while the PMU samples, if the profile says so).
+    pub(super) prefetch_paused: bool,
+    pub(super) tlb: Option<Tlb>,
+    pub(super) fill: Fill,
+    /// The ways of the LLC this process may fill (a resctrl capacity bitmask).
+    pub(super) llc_mask: u64,
+    pub(super) llc_all_ways: u64,
+}
+
+impl Modern {
+    pub(super) fn any(&self) -> bool {
+        self.prefetch.is_some()
+            || self.tlb.is_some()
+            || self.fill != Fill::OnMiss
+            || self.llc_mask != self.llc_all_ways
+    }
 }
 
 /// Latencies in fixed point, and the PMU's per-sample cost.
@@ -139,4 +166,227 @@ pub(super) fn build_cache(profile: &MachineProfile, l: &LevelSpec) -> Cache {
     let g = CacheGeometry::from_size(l.size.0, l.line.0, l.ways, l.slices, profile.page_size.0)
         .expect("validated profile");
     Cache::new(g, l.policy)
+}
+
+/// Who asked for a line below the L1: counted apart.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Request {
+    Demand,
+    Prefetch,
+    Walk,
+}
+
+/// A reference that missed the L1 (or a prefetch, or a page walk's read), through the L2
+/// and the LLC as the LLC is filled: on a miss (every level installs the line), or as a
+/// victim cache (lines from memory go to the L2 only; the L2's evictions fill the LLC; an
+/// exclusive one gives up a line that hits).
+#[inline]
+fn below_l1(core: &mut Core, llc: &mut Cache, paddr: u64) -> Served {
+    let mask = core.modern.llc_mask;
+    let Some(l2) = core.l2.as_mut() else {
+        let (hit, _) = llc.access_line_evicting(paddr >> llc.line_shift(), mask);
+        return if hit { Served::Llc } else { Served::Mem };
+    };
+    let (hit, evicted) = l2.access_line_evicting(paddr >> l2.line_shift(), u64::MAX);
+    if hit {
+        return Served::L2;
+    }
+    let line = paddr >> llc.line_shift();
+    let in_llc = match core.modern.fill {
+        Fill::OnMiss => llc.access_line_evicting(line, mask).0,
+        Fill::Victim => llc.contains_line(line) && llc.access_line(line),
+        Fill::ExclusiveVictim => llc.invalidate_line(line),
+    };
+    if core.modern.fill != Fill::OnMiss {
+        if let Some(victim) = evicted {
+            let victim = (victim << l2.line_shift()) >> llc.line_shift();
+            llc.access_line_evicting(victim, mask);
+        }
+    }
+    if in_llc {
+        Served::Llc
+    } else {
+        Served::Mem
+    }
+}
+
+/// Count a reference below the L1 of kind `request` that was `served`.
+#[inline(always)]
+fn count(c: &mut Counts, has_l2: bool, request: Request, served: Served) {
+    match request {
+        Request::Demand => {
+            if has_l2 {
+                c.l2_accesses += 1;
+                c.l2_misses += (served > Served::L2) as u64;
+            }
+            c.llc_accesses += (served >= Served::Llc) as u64;
+            let mem = (served == Served::Mem) as u64;
+            c.llc_misses += mem;
+            c.llc_data_misses += mem;
+        }
+        Request::Prefetch => {
+            c.prefetches += 1;
+            c.prefetch_mem += (served == Served::Mem) as u64;
+        }
+        Request::Walk => {
+            c.tlb_misses += 1;
+            c.walk_mem += (served == Served::Mem) as u64;
+        }
+    }
+}
+
+/// A data reference of a generated workload on a machine with the modern models: the TLB
+/// (a miss reads the page-table entry through the L2 and the LLC), the L1, the L2 and the
+/// LLC as it is filled, and the L2 prefetcher trained on the L1's misses. Returns the level
+/// that served the data and the page walk's cycles (fixed point), if there was one.
+#[inline(never)]
+pub(super) fn modern_ref(
+    core: &mut Core,
+    llc: &mut Cache,
+    c: &mut Counts,
+    t: &Timing,
+    vaddr: u64,
+    paddr: u64,
+    page_shift: u32,
+) -> (Served, u64) {
+    let has_l2 = core.l2.is_some();
+    let mut walk_fp = 0;
+    if let Some(tlb) = core.modern.tlb.as_mut() {
+        let vpn = vaddr >> page_shift;
+        if !tlb.lookup(vpn) {
+            let pte = tlb.pte_paddr(vpn);
+            walk_fp = tlb.walk_fp;
+            let served = below_l1(core, llc, pte);
+            count(c, has_l2, Request::Walk, served);
+            walk_fp += match served {
+                Served::L1 => t.l1,
+                Served::L2 => t.l2,
+                Served::Llc => t.llc,
+                // The walk's loads depend on each other: nothing overlaps them.
+                Served::Mem => t.mem,
+            };
+            c.walk_cycles += walk_fp >> FP_SHIFT;
+        }
+    }
+    c.l1d_accesses += 1;
+    if core.l1d.access_line(vaddr >> core.l1d.line_shift()) {
+        return (Served::L1, walk_fp);
+    }
+    c.l1d_misses += 1;
+    let served = below_l1(core, llc, paddr);
+    count(c, has_l2, Request::Demand, served);
+    if core.modern.prefetch_paused {
+        return (served, walk_fp);
+    }
+    let mut lines = [0u64; MAX_DEGREE];
+    let (n, l2_shift) = match (core.modern.prefetch.as_mut(), core.l2.as_ref()) {
+        (Some(p), Some(l2)) => (
+            p.on_access(paddr >> l2.line_shift(), &mut lines),
+            l2.line_shift(),
+        ),
+        _ => (0, 0),
+    };
+    for &line in &lines[..n] {
+        // A line the L2 already holds is not fetched again.
+        if core.l2.as_ref().is_some_and(|l2| l2.contains_line(line)) {
+            continue;
+        }
+        let served = below_l1(core, llc, line << l2_shift);
+        count(c, has_l2, Request::Prefetch, served);
+    }
+    (served, walk_fp)
+}
+
+pub(super) fn build_modern(profile: &MachineProfile, llc: &Cache) -> Modern {
+    let line = profile.l2.as_ref().map_or(profile.llc.line.0, |l| l.line.0);
+    Modern {
+        prefetch: profile.prefetch.as_ref().map(|p| Prefetcher::new(p, line)),
+        prefetch_paused: false,
+        // The TLB needs the process's page tables: the machine adds it once it has them.
+        tlb: None,
+        fill: profile.llc.fill,
+        llc_mask: llc.all_ways(),
+        llc_all_ways: llc.all_ways(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::Policy;
+
+    fn cache(sets: u64, ways: u64, policy: Policy) -> Cache {
+        Cache::new(CacheGeometry::new(64, sets, ways, 1, 4096).unwrap(), policy)
+    }
+
+    fn core(l2: Cache, fill: Fill, llc: &Cache) -> Core {
+        Core {
+            l1d: cache(1, 1, Policy::Lru),
+            l1i: None,
+            l2: Some(l2),
+            modern: Modern {
+                prefetch: None,
+                prefetch_paused: false,
+                tlb: None,
+                fill,
+                llc_mask: llc.all_ways(),
+                llc_all_ways: llc.all_ways(),
+            },
+        }
+    }
+
+    #[test]
+    fn an_exclusive_victim_llc_is_the_lru_stack_split_in_two() {
+        // An L2 of A ways and an exclusive victim LLC of B ways with the same sets, both
+        // LRU: the L2 holds each set's A most recent lines and the LLC the next B, so a
+        // reference at per-set LRU stack distance d hits the L2 if d < A, the LLC if
+        // A <= d < A + B, and memory otherwise (Mattson's stack, computed here from the
+        // references alone).
+        let (sets, a, b) = (4u64, 2u64, 4u64);
+        let mut llc = cache(sets, b, Policy::Lru);
+        let mut c = core(cache(sets, a, Policy::Lru), Fill::ExclusiveVictim, &llc);
+        let mut stacks: Vec<Vec<u64>> = vec![Vec::new(); sets as usize];
+        let mut x = 7u64;
+        for _ in 0..20_000 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let line = (x >> 40) % 48;
+            let stack = &mut stacks[(line % sets) as usize];
+            let depth = stack.iter().position(|&l| l == line);
+            let expect = match depth {
+                Some(d) if (d as u64) < a => Served::L2,
+                Some(d) if (d as u64) < a + b => Served::Llc,
+                _ => Served::Mem,
+            };
+            if let Some(d) = depth {
+                stack.remove(d);
+            }
+            stack.insert(0, line);
+            assert!(
+                expect == below_l1(&mut c, &mut llc, line * 64),
+                "line {line}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_victim_llc_gets_lines_only_from_l2_evictions() {
+        for fill in [Fill::Victim, Fill::ExclusiveVictim] {
+            let mut llc = cache(4, 4, Policy::Lru);
+            let mut c = core(cache(4, 2, Policy::Lru), fill, &llc);
+            // Lines 0, 4, 8 share set 0: the third evicts the first from the L2.
+            assert!(below_l1(&mut c, &mut llc, 0) == Served::Mem);
+            assert!(!llc.contains_line(0), "{fill:?}: not filled from memory");
+            below_l1(&mut c, &mut llc, 4 * 64);
+            below_l1(&mut c, &mut llc, 8 * 64);
+            assert!(llc.contains_line(0), "{fill:?}: the L2's victim");
+            assert!(below_l1(&mut c, &mut llc, 0) == Served::Llc);
+            assert_eq!(
+                llc.contains_line(0),
+                fill == Fill::Victim,
+                "{fill:?}: a hit keeps the line only if not exclusive"
+            );
+        }
+    }
 }

@@ -8,8 +8,10 @@
 //! plus the overheads charged to it (samples, page migrations). Clocks are kept in 1/256
 //! cycle so that fractional CPIs add up exactly.
 
+mod cat;
 mod generator;
 mod hierarchy;
+mod models;
 mod pmu;
 mod replay;
 mod stats;
@@ -26,7 +28,7 @@ use crate::profile::MachineProfile;
 use crate::rng::{splitmix64, Rng};
 use crate::workload::Workload;
 use generator::GenProc;
-use hierarchy::{build_cache, Core, Timing};
+use hierarchy::{build_cache, build_modern, Core, Timing};
 use pmu::{enforce_budget, Pmu, Snapshot};
 use replay::{PageMap, TraceProc};
 
@@ -77,6 +79,8 @@ pub struct Machine {
     timing: Timing,
     migration_cycles: u64,
     ipc_noise: f64,
+    /// Switch a process's L2 prefetcher off while its PMU samples.
+    prefetch_off_while_sampling: bool,
 }
 
 impl Machine {
@@ -116,6 +120,10 @@ impl Machine {
             timing,
             migration_cycles: profile.migration_cycles(),
             ipc_noise: profile.pmu.ipc_noise,
+            prefetch_off_while_sampling: profile
+                .prefetch
+                .as_ref()
+                .is_some_and(|p| p.off_while_sampling),
             profile: profile.clone(),
         };
         m.set_pollute_colours(&[Colour(colours - 1)])?;
@@ -131,6 +139,7 @@ impl Machine {
                 l1d: build_cache(p, &p.l1d),
                 l1i: p.l1i.as_ref().map(|l| build_cache(p, l)),
                 l2: p.l2.as_ref().map(|l| build_cache(p, l)),
+                modern: build_modern(p, &self.llc),
             },
             clock_fp: 0,
             instr_fp: 0,
@@ -159,11 +168,13 @@ impl Machine {
         workload: &Workload,
         seed: u64,
     ) -> Result<Machine, SimError> {
+        let workload = &workload.sized_for(profile.llc.size.0);
         workload.validate(&workload.name)?;
         let mut m = Machine::empty(profile, workload.name.clone(), seed)?;
         for (i, spec) in workload.processes.iter().enumerate() {
             let mut st = m.new_state(i);
             let gen = GenProc::build(profile, workload, i, &mut m.frames, &mut st.rng)?;
+            st.core.modern.tlb = m.tlb_for(&gen)?;
             m.procs.push(Process {
                 name: spec.name.clone(),
                 source: Source::Gen(gen),
@@ -179,6 +190,13 @@ impl Machine {
         trace: TraceSpec,
         seed: u64,
     ) -> Result<Machine, SimError> {
+        if profile.has_modern_models() {
+            return Err(SimError::Unsupported(format!(
+                "machine '{}': trace replay models no prefetcher, TLB or victim LLC (it is kept \
+                 exact against cachegrind); use a machine without [prefetch], [tlb] and llc.fill",
+                profile.name
+            )));
+        }
         let (proc, name) = TraceProc::open(profile, trace)?;
         let mut m = Machine::empty(profile, name.clone(), seed)?;
         let st = m.new_state(0);
@@ -454,6 +472,9 @@ impl Machine {
         }
         let vstart = page.0 << page_shift;
         let core = &mut self.procs[idx].st.core;
+        if let Some(tlb) = core.modern.tlb.as_mut() {
+            tlb.invalidate(page.0);
+        }
         core.l1d.invalidate_range(vstart, len);
         if let Some(l1i) = core.l1i.as_mut() {
             l1i.invalidate_range(vstart, len);

@@ -126,12 +126,17 @@ impl Sampler for Machine {
         st.pmu.countdown = jittered(plan.period, self.timing.jitter, &mut st.rng);
         st.pmu.window_start_fp = st.clock_fp;
         st.pmu.window_overhead = 0;
+        // ROCS profiles with the L2 prefetchers off (MSR 0x1A4 on Intel), so that streaming
+        // pages are seen missing rather than hidden by prefetched lines (Fig. 4).
+        st.core.modern.prefetch_paused = self.prefetch_off_while_sampling;
         Ok(())
     }
 
     fn stop(&mut self, pid: Pid) -> Result<(), SimError> {
         let i = self.proc_index(pid)?;
-        self.procs[i].st.pmu.enabled = false;
+        let st = &mut self.procs[i].st;
+        st.pmu.enabled = false;
+        st.core.modern.prefetch_paused = false;
         Ok(())
     }
 

@@ -32,6 +32,16 @@ pub struct Counts {
     pub migration_overhead_cycles: u64,
     pub samples: u64,
     pub pages_migrated: u64,
+    /// Lines the L2 prefetcher fetched (not in the demand counts above).
+    pub prefetches: u64,
+    /// Of those, lines that came from memory.
+    pub prefetch_mem: u64,
+    /// Data TLB misses (page walks).
+    pub tlb_misses: u64,
+    /// Page walks whose page-table entry came from memory.
+    pub walk_mem: u64,
+    /// Cycles spent walking page tables.
+    pub walk_cycles: u64,
 }
 
 impl Counts {
@@ -68,6 +78,11 @@ impl Counts {
             migration_overhead_cycles,
             samples,
             pages_migrated,
+            prefetches,
+            prefetch_mem,
+            tlb_misses,
+            walk_mem,
+            walk_cycles,
         } = *p;
         self.instructions += instructions;
         self.cycles = self.cycles.max(cycles);
@@ -85,6 +100,11 @@ impl Counts {
         self.migration_overhead_cycles += migration_overhead_cycles;
         self.samples += samples;
         self.pages_migrated += pages_migrated;
+        self.prefetches += prefetches;
+        self.prefetch_mem += prefetch_mem;
+        self.tlb_misses += tlb_misses;
+        self.walk_mem += walk_mem;
+        self.walk_cycles += walk_cycles;
     }
 }
 
