@@ -16,6 +16,7 @@ pub mod plan;
 pub mod platform;
 pub mod pmu;
 pub mod record;
+pub mod replay;
 pub mod ring;
 pub mod sampler;
 pub mod shim;
@@ -30,4 +31,5 @@ pub use plan::{
 };
 pub use platform::{domain_of, llc_domains, process_cpus, LinuxPlatform, LinuxPlatformError};
 pub use pmu::{PmuDevice, PmuInventory};
+pub use replay::{ReplayError, ReplayPmu, ReplayScript};
 pub use sampler::{LinuxSampler, SamplerError, SamplingStats};
