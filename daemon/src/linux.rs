@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{bail, Context};
+use rocs_config::daemon::PmuChoice;
 use rocs_config::DaemonConfig;
 use rocs_core::{CacheGeometry, Colour, Command, Knobs, Pid};
 use rocs_linux::counters::CounterEvents;
@@ -22,7 +23,7 @@ use rocs_linux::plan::software_page_fault_plan;
 use rocs_linux::shim::{ShimClient, ShimConfig};
 use rocs_linux::{
     detect_geometry, domain_of, llc_domains, process_cpus, select_plan, CpuInfo, EventChoice,
-    EventPlan, KernelVersion, LinuxPlatform, PmuInventory,
+    EventPlan, KernelVersion, LinuxPlatform, PmuInventory, ReplayPmu, ReplayScript,
 };
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
@@ -37,8 +38,7 @@ pub struct LinuxSetup {
     pub capability: Capability,
     pub notices: Vec<String>,
     pub llc: Option<CacheGeometry>,
-    plan: EventPlan,
-    counter_events: CounterEvents,
+    pmu: PmuSource,
     shim: Option<Arc<Mutex<ShimClient>>>,
     /// The colours the shim's pollute buffer was configured with.
     shim_pollute: Vec<Colour>,
@@ -60,32 +60,22 @@ impl LinuxSetup {
         notices.extend(geometry.notes.iter().cloned());
         let llc = geometry.llc;
 
-        let (plan, counter_events, observe_only) =
-            match select_plan(&cpu, &pmus, kernel, EventChoice::Auto) {
-                Ok(plan) => (plan, CounterEvents::HARDWARE, false),
-                Err(no) if config.allow_observe_only => {
-                    notices.push(format!(
-                        "OBSERVE-ONLY: no precise memory sampling here ({}). Running on software \
-                         events: counters are task-clock/page-fault stand-ins and samples are page \
-                         faults, which show the perf plumbing at work but measure no cache event; \
-                         no page will be moved",
-                        no.why
-                    ));
-                    let events = if pmus.core_pmu().is_some() {
-                        CounterEvents::HARDWARE
-                    } else {
-                        CounterEvents::SOFTWARE_STAND_INS
-                    };
-                    (software_page_fault_plan(), events, true)
-                }
-                Err(no) => bail!(
-                    "no precise memory sampling on this machine: {}; {}. rocsd cannot profile \
-                     here. To run anyway on software events (no cache data, no migration), set \
-                     allow_observe_only = true in rocsd.toml",
-                    no.why,
-                    no.fix
-                ),
-            };
+        let (pmu, observe_only) = match &config.pmu {
+            PmuChoice::Replay(file) => {
+                let script = ReplayScript::load(file).context("the replay PMU named by pmu")?;
+                notices.push(format!(
+                    "REPLAY PMU: samples and counters are played from {} (pmu in rocsd.toml), \
+                     not measured on this machine: a test set-up; every search follows the script",
+                    file.display()
+                ));
+                (PmuSource::Replay(Arc::new(script)), false)
+            }
+            PmuChoice::Auto => {
+                let (plan, events, observe_only) =
+                    hardware_pmu(config, &cpu, &pmus, kernel, &mut notices)?;
+                (PmuSource::Perf(plan, events), observe_only)
+            }
+        };
 
         let mut shim_pollute = Vec::new();
         let shim = match ShimClient::open() {
@@ -102,8 +92,8 @@ impl LinuxSetup {
                     .configure(&ShimConfig {
                         colours: llc.colours(),
                         pollute,
-                        pool_limit: 1 << 16,
-                        prefill: false,
+                        pool_limit: stash_limit(knobs.page_budget),
+                        prefill: true,
                     })
                     .context("configuring the rocs_shim module")?;
                 Some(Arc::new(Mutex::new(client)))
@@ -127,8 +117,7 @@ impl LinuxSetup {
             capability,
             notices,
             llc: Some(llc),
-            plan,
-            counter_events,
+            pmu,
             shim,
             shim_pollute,
             page_shift: page_size.trailing_zeros(),
@@ -136,11 +125,63 @@ impl LinuxSetup {
     }
 }
 
+/// Where samples and counters come from.
+#[derive(Clone)]
+enum PmuSource {
+    /// perf events: the sampling plan and the counting events.
+    Perf(EventPlan, CounterEvents),
+    /// A replay script (pmu = "replay:FILE").
+    Replay(Arc<ReplayScript>),
+}
+
+/// The hardware's sampling plan and counting events; without precise sampling, software
+/// stand-ins when `allow_observe_only` (the third value: observe-only), else an error.
+fn hardware_pmu(
+    config: &DaemonConfig,
+    cpu: &CpuInfo,
+    pmus: &PmuInventory,
+    kernel: KernelVersion,
+    notices: &mut Vec<String>,
+) -> anyhow::Result<(EventPlan, CounterEvents, bool)> {
+    match select_plan(cpu, pmus, kernel, EventChoice::Auto) {
+        Ok(plan) => Ok((plan, CounterEvents::HARDWARE, false)),
+        Err(no) if config.allow_observe_only => {
+            notices.push(format!(
+                "OBSERVE-ONLY: no precise memory sampling here ({}). Running on software \
+                 events: counters are task-clock/page-fault stand-ins and samples are page \
+                 faults, which show the perf plumbing at work but measure no cache event; \
+                 no page will be moved",
+                no.why
+            ));
+            let events = if pmus.core_pmu().is_some() {
+                CounterEvents::HARDWARE
+            } else {
+                CounterEvents::SOFTWARE_STAND_INS
+            };
+            Ok((software_page_fault_plan(), events, true))
+        }
+        Err(no) => bail!(
+            "no precise memory sampling on this machine: {}; {}. rocsd cannot profile \
+             here. To run anyway on software events (no cache data, no migration), set \
+             allow_observe_only = true in rocsd.toml",
+            no.why,
+            no.fix
+        ),
+    }
+}
+
+/// The shim's stash bound per NUMA node. Half of it is kept filled with frames of the
+/// pollute colours (PREFILL, topped up after every move to the buffer): one window's moves
+/// at most (the page budget: no search step moves more), so that a step takes its frames
+/// from the stash rather than finding each one the hard way while the target waits.
+fn stash_limit(page_budget: u32) -> u64 {
+    (2 * u64::from(page_budget)).min(rocs_linux::shim::abi::MAX_POOL_LIMIT)
+}
+
 /// What every domain's task needs from the setup.
 struct Shared {
     capability: Capability,
-    plan: EventPlan,
-    counter_events: CounterEvents,
+    pmu: PmuSource,
     shim: Option<Arc<Mutex<ShimClient>>>,
     shim_pollute: Vec<Colour>,
     page_shift: u32,
@@ -156,8 +197,7 @@ pub fn start(
 ) -> Vec<JoinHandle<()>> {
     let shared = Arc::new(Shared {
         capability: setup.capability,
-        plan: setup.plan,
-        counter_events: setup.counter_events,
+        pmu: setup.pmu,
         shim: setup.shim,
         shim_pollute: setup.shim_pollute,
         page_shift: setup.page_shift,
@@ -183,11 +223,15 @@ pub fn start(
             index,
             tx: tx.clone(),
             domain: Domain::new(),
-            platform: LinuxPlatform::new(
-                shared.plan.clone(),
-                shared.counter_events,
-                shared.shim.clone(),
-            ),
+            platform: match &shared.pmu {
+                PmuSource::Perf(plan, events) => {
+                    LinuxPlatform::new(plan.clone(), *events, shared.shim.clone())
+                }
+                PmuSource::Replay(script) => LinuxPlatform::with_replay(
+                    ReplayPmu::new(script.clone(), 1 << shared.page_shift),
+                    shared.shim.clone(),
+                ),
+            },
         };
         tasks.push(tokio::spawn(host.run(rx)));
         hosts.push(tx);
