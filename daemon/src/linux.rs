@@ -17,7 +17,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use rocs_config::daemon::PmuChoice;
 use rocs_config::DaemonConfig;
-use rocs_core::{CacheGeometry, Colour, Command, Knobs, Pid};
+use rocs_core::{CacheGeometry, Colour, Command, Knobs, Pid, State, VirtPage};
 use rocs_linux::counters::CounterEvents;
 use rocs_linux::plan::software_page_fault_plan;
 use rocs_linux::shim::{ShimClient, ShimConfig};
@@ -28,7 +28,7 @@ use rocs_linux::{
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
-use crate::domain::Domain;
+use crate::domain::{Confine, Domain};
 use crate::procscan::{process_info, Scanner};
 use crate::state::{Capability, Daemon, HostCommand, LoadedPolicies, TargetEntry};
 use crate::targets::Target;
@@ -223,6 +223,7 @@ pub fn start(
             index,
             tx: tx.clone(),
             domain: Domain::new(),
+            named: HashMap::new(),
             platform: match &shared.pmu {
                 PmuSource::Perf(plan, events) => {
                     LinuxPlatform::new(plan.clone(), *events, shared.shim.clone())
@@ -259,11 +260,13 @@ impl Domains {
 struct Attached {
     policy: String,
     knobs: Knobs,
+    confine: Vec<String>,
     domain: usize,
 }
 
-/// The result of matching one process: its policy name and knobs, if any.
-type Verdict = Option<(String, Knobs)>;
+/// The result of matching one process: its policy's name, knobs and mappings to confine,
+/// if any.
+type Verdict = Option<(String, Knobs, Vec<String>)>;
 
 /// A scan to make (all processes again?, with these policies), and where to answer: the
 /// processes gone, and a verdict for each new or changed one.
@@ -331,7 +334,7 @@ async fn scan_loop(daemon: Arc<Daemon>, domains: Domains, mut shutdown: watch::R
         }
         for (pid, comm, v) in verdicts {
             let same = match (attached.get(&pid), &v) {
-                (Some(a), Some((p, k))) => a.policy == *p && a.knobs == *k,
+                (Some(a), Some((p, k, c))) => a.policy == *p && a.knobs == *k && a.confine == *c,
                 (None, None) => true,
                 _ => false,
             };
@@ -343,18 +346,20 @@ async fn scan_loop(daemon: Arc<Daemon>, domains: Domains, mut shutdown: watch::R
                 let release = HostCommand::Release { pid, restore: true };
                 let _ = domains.hosts[a.domain].send(release).await;
             }
-            if let Some((policy, knobs)) = v {
+            if let Some((policy, knobs, confine)) = v {
                 let domain = domains.of(pid);
                 let attach = HostCommand::Attach {
                     pid,
                     comm,
                     policy: policy.clone(),
                     knobs: knobs.clone(),
+                    confine: confine.clone(),
                 };
                 if domains.hosts[domain].send(attach).await.is_ok() {
                     let a = Attached {
                         policy,
                         knobs,
+                        confine,
                         domain,
                     };
                     attached.insert(pid, a);
@@ -374,7 +379,7 @@ fn verdict(loaded: &LoadedPolicies, pid: Pid, comm: &str) -> Verdict {
     let info = process_info(pid, comm, loaded.set.uses_exe(), loaded.set.uses_cgroups());
     loaded
         .matching(&info)
-        .map(|(p, k)| (p.name.clone(), k.clone()))
+        .map(|(p, k)| (p.name.clone(), k.clone(), p.confine.clone()))
 }
 
 /// The task of one LLC domain: its targets' windows end together, on one tick.
@@ -385,6 +390,17 @@ struct DomainHost {
     tx: mpsc::Sender<HostCommand>,
     domain: Domain,
     platform: LinuxPlatform,
+    /// Targets whose policy names mappings to confine.
+    named: HashMap<Pid, NamedMappings>,
+}
+
+/// A target's mappings to confine by name, and the address ranges they had when last
+/// confined: their pages are asked for again only when those change (the mappings grow, new
+/// ones appear), so that a page that cannot move (one not touched yet) is not retried every
+/// window.
+struct NamedMappings {
+    patterns: Vec<String>,
+    ranges: Vec<(u64, u64)>,
 }
 
 impl DomainHost {
@@ -414,7 +430,21 @@ impl DomainHost {
                 comm,
                 policy,
                 knobs,
-            } => self.attach(pid, comm, policy, knobs),
+                confine,
+            } => {
+                self.attach(pid, comm, policy, knobs);
+                if !confine.is_empty() && self.domain.contains(pid) {
+                    let named = NamedMappings {
+                        patterns: confine,
+                        ranges: Vec::new(),
+                    };
+                    self.named.insert(pid, named);
+                    self.confine_mappings(pid);
+                }
+            }
+            HostCommand::Confine { pid, what, reply } => {
+                let _ = reply.send(self.domain.confine(&mut self.platform, pid, what));
+            }
             HostCommand::Query { pid, query, reply } => {
                 let _ = reply.send(self.domain.query(pid, query));
             }
@@ -427,12 +457,14 @@ impl DomainHost {
                 let _ = reply.send(());
             }
             HostCommand::Exited { pid } => {
+                self.named.remove(&pid);
                 if self.domain.exited(&mut self.platform, pid).is_some() {
                     self.platform.forget(pid);
                     self.daemon.unregister(pid);
                 }
             }
             HostCommand::Release { pid, restore } => {
+                self.named.remove(&pid);
                 if self
                     .domain
                     .release(&mut self.platform, pid, restore)
@@ -510,9 +542,61 @@ impl DomainHost {
         if self.domain.is_empty() {
             return;
         }
+        let named: Vec<Pid> = self.named.keys().copied().collect();
+        for pid in named {
+            self.confine_mappings(pid);
+        }
         let measured = self.domain.end_window(&mut self.platform, &|_, _| false);
         for _ in 0..measured {
             self.daemon.note_measured();
+        }
+    }
+
+    /// Confine the pages of the target's named mappings that are not confined, when the
+    /// mappings changed. Not while it is paused: the operator wants its pages where they are.
+    fn confine_mappings(&mut self, pid: Pid) {
+        let Some(named) = self.named.get_mut(&pid) else {
+            return;
+        };
+        if self
+            .domain
+            .controller(pid)
+            .is_none_or(|c| c.state() == State::Paused)
+        {
+            return;
+        }
+        let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
+            return;
+        };
+        let ranges = mapped_ranges(&maps, &named.patterns);
+        if ranges == named.ranges {
+            return;
+        }
+        named.ranges = ranges;
+        let shift = self.shared.page_shift;
+        let explicit = self.domain.controller(pid).map(|c| c.explicit());
+        let pages: Vec<VirtPage> = named
+            .ranges
+            .iter()
+            .flat_map(|&(start, end)| (start >> shift..end >> shift).map(VirtPage))
+            .filter(|p| explicit.is_none_or(|e| !e.contains(p)))
+            .take(MAX_MAPPED_PAGES)
+            .collect();
+        if pages.is_empty() {
+            return;
+        }
+        match self
+            .domain
+            .confine(&mut self.platform, pid, Confine::Pages(pages))
+        {
+            Ok(r) => tracing::info!(
+                pid,
+                "policy mappings {:?}: {} of {} new pages confined",
+                self.named[&pid].patterns,
+                r.confined,
+                r.pages
+            ),
+            Err(e) => tracing::warn!(pid, "policy mappings not confined: {}", e.message),
         }
     }
 
@@ -521,5 +605,64 @@ impl DomainHost {
         for pid in pids {
             self.command(HostCommand::Release { pid, restore });
         }
+    }
+}
+
+/// Most pages taken from named mappings in one pass (16 GiB of 4 KiB pages).
+const MAX_MAPPED_PAGES: usize = 1 << 22;
+
+/// The address ranges of the mappings of a /proc/PID/maps text whose pathname (its last
+/// column: a path, `[heap]`, `[anon:NAME]`, ...) one of `patterns` matches.
+fn mapped_ranges(maps: &str, patterns: &[String]) -> Vec<(u64, u64)> {
+    let mut ranges = Vec::new();
+    for line in maps.lines() {
+        // "start-end perms offset dev inode   pathname": single spaces up to the inode,
+        // then padding; a pathname may hold spaces.
+        let mut fields = line.splitn(6, ' ');
+        let range = fields.next().unwrap_or("");
+        let name = fields.nth(4).unwrap_or("").trim_start();
+        if name.is_empty() || !patterns.iter().any(|p| rocs_config::glob_match(p, name)) {
+            continue;
+        }
+        let hex = |t: &str| u64::from_str_radix(t, 16).ok();
+        if let Some((start, end)) = range
+            .split_once('-')
+            .and_then(|(a, b)| Some((hex(a)?, hex(b)?)))
+        {
+            ranges.push((start, end));
+        }
+    }
+    ranges
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn named_mappings_give_their_ranges() {
+        let maps = "\
+00400000-00401000 r-xp 00000000 08:01 1234                               /usr/bin/target
+01000000-01003000 rw-p 00000000 00:00 0                                  [heap]
+7f0000000000-7f0000002000 rw-p 00000000 00:00 0                          [anon:stream buf]
+7f0000002000-7f0000003000 rw-p 00000000 00:00 0 \n\
+7ffc00000000-7ffc00001000 rw-p 00000000 00:00 0                          [stack]
+";
+        let ranges = |p: &[&str]| {
+            let p: Vec<String> = p.iter().map(|s| s.to_string()).collect();
+            mapped_ranges(maps, &p)
+        };
+        assert_eq!(ranges(&["[heap]"]), vec![(0x0100_0000, 0x0100_3000)]);
+        assert_eq!(
+            ranges(&["[anon:stream*]"]),
+            vec![(0x7f00_0000_0000, 0x7f00_0000_2000)]
+        );
+        assert_eq!(ranges(&["/usr/bin/*"]), vec![(0x40_0000, 0x40_1000)]);
+        assert!(ranges(&["[vdso]"]).is_empty());
+        assert_eq!(
+            ranges(&["*"]).len(),
+            4,
+            "an unnamed mapping matches nothing"
+        );
     }
 }

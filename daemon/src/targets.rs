@@ -188,6 +188,7 @@ impl Target {
                     total: entries.len(),
                     k,
                     entries: entries[..limit.unwrap_or(usize::MAX).min(entries.len())].to_vec(),
+                    explicit: c.explicit().iter().map(|p| p.0).collect(),
                 })
             }
             Query::History => {
