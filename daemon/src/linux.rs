@@ -7,7 +7,9 @@
 //! - no shim: observe and profile only (the controller runs dry: it ranks, never moves);
 //! - no hardware PMU: refuse to start, unless `allow_observe_only`; then counting uses
 //!   software stand-ins and sampling the page-fault plan, which exercise the perf plumbing
-//!   but measure no cache event (labelled "observe-only" everywhere).
+//!   but measure no cache event (labelled "observe-only" everywhere): nothing is searched,
+//!   and with the shim only the pages named by `rocsctl confine` or a policy move;
+//! - `pmu = "replay:FILE"`: samples and counters from a script (tests; said as a notice).
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -150,7 +152,8 @@ fn hardware_pmu(
                 "OBSERVE-ONLY: no precise memory sampling here ({}). Running on software \
                  events: counters are task-clock/page-fault stand-ins and samples are page \
                  faults, which show the perf plumbing at work but measure no cache event; \
-                 no page will be moved",
+                 nothing is searched, and only pages named by `rocsctl confine` or a \
+                 policy's confine mappings move",
                 no.why
             ));
             let events = if pmus.core_pmu().is_some() {
@@ -480,6 +483,9 @@ impl DomainHost {
 
     fn attach(&mut self, pid: Pid, comm: String, policy: String, mut knobs: Knobs) {
         let shared = &self.shared;
+        if shared.shim.is_none() {
+            knobs.dry_run = true;
+        }
         if shared.capability == Capability::ObserveOnly {
             // Software stand-ins are not cache events: thresholds on them mean nothing, so
             // every target goes on to profile its page faults (and nothing is ever moved).
