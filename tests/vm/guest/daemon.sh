@@ -16,6 +16,7 @@ HOT_FIRST=$((0x100000000 / 4096)) # the first of the 32 pages mapped from /dev/z
 REUSE=0x100100000                  # the region the replay script says is reused
 
 echo "ROCS-DAEMON-PLAN 15"
+started=$(date +%s)
 FAILED=0
 ok() { echo "ok - daemon-$1"; }
 not_ok() {
@@ -62,8 +63,10 @@ confined_of() { $CTL targets | awk -v p="$1" '$1 == p { print $8 }'; }
 is_state() { [ "$(state_of "$1")" = "$2" ]; }
 no_confined() { [ "$(confined_of "$1")" = 0 ]; }
 listed() { $CTL targets | awk -v p="$1" '$1 == p { f = 1 } END { exit !f }'; }
-not_listed() { ! listed "$1"; }
 history_has() { $CTL history "$1" | grep -q "$2"; }
+# logged SECONDS PATTERN: wait for rocsd's log to say it (the waits watch the log: a rocsctl
+# call costs seconds in a TCG guest; the checks then ask rocsctl once).
+logged() { until_ok "$1" grep -q "$2" "$LOG"; }
 
 # stack_json PID: the whole stack as JSON in /tmp/stack.json.
 stack_json() { $CTL stack "$1" --limit 0 --json >/tmp/stack.json; }
@@ -104,17 +107,20 @@ echo 0 >/proc/sys/kernel/numa_balancing
 rocsd_start || not_ok start "rocsd did not serve $SOCK; its log: $(tail -n 5 $LOG)"
 target_start /tmp/t1.out /rocstarget run
 T1=$TARGET
-if until_ok 20 listed "$T1" && $CTL targets | grep -q "rocstarget *10-target"; then
+logged 20 "attached under policy 10-target pid=$T1 "
+if $CTL targets | grep -q "^ *$T1  rocstarget *10-target"; then
     ok found
 else
     not_ok found "pid $T1 not attached under policy 10-target: $($CTL targets)"
 fi
-if until_ok 30 history_has "$T1" "samples over" && stack_json "$T1" && [ "$(stack_entries | wc -l)" = 512 ]; then
+logged 30 "profile: .* samples over .* pid=$T1 "
+if history_has "$T1" "samples over" && stack_json "$T1" && [ "$(stack_entries | wc -l)" = 512 ]; then
     ok profiled
 else
     not_ok profiled "no profile of the 512 sampled pages: $($CTL history "$T1" | tail -n 3)"
 fi
-if until_ok 60 is_state "$T1" steady && history_has "$T1" "chose k = 64 "; then
+logged 60 "search -> steady: .* pid=$T1 "
+if is_state "$T1" steady && history_has "$T1" "chose k = 64 "; then
     ok searched
 else
     not_ok searched "state $(state_of "$T1"): $($CTL history "$T1" | tail -n 4)"
@@ -129,7 +135,7 @@ else
     not_ok confined "k = $(stack_k), pagemap of the confined pages: $placed"
 fi
 $CTL restore "$T1" >/dev/null
-until_ok 20 no_confined "$T1"
+logged 20 "every confined page is back pid=$T1 "
 placed=$(colours "$T1" </tmp/t1.pages)
 if no_confined "$T1" && none_pollute "$placed"; then
     ok restore
@@ -155,14 +161,15 @@ named_has_heap() {
     [ "$(stack_named | awk -v a=$((first / 4096)) '$1 >= a && $1 < a + 64' | wc -l)" = 64 ] &&
         [ "$(stack_named | awk -v a=$HOT_FIRST '$1 >= a && $1 < a + 32' | wc -l)" = 32 ]
 }
-until_ok 20 named_has_heap
+logged 20 "policy mappings .* pid=$T2"
+until_ok 10 named_has_heap
 placed=$(stack_named | colours "$T2")
 if named_has_heap && all_pollute "$placed"; then
     ok confine-policy
 else
     not_ok confine-policy "heap at 0x$heap; pages confined by name: $(stack_named | wc -l), $placed"
 fi
-until_ok 60 is_state "$T2" steady
+logged 60 "search -> steady: .* pid=$T2 "
 stack_json "$T2"
 hot_ranked=$(stack_entries | awk -v a=$HOT_FIRST '$1 >= a && $1 < a + 32' | wc -l)
 placed=$( (stack_top; stack_named) | colours "$T2")
@@ -228,7 +235,7 @@ T3=$TARGET
 until_ok 30 grep -q "profile -> search: .* pid=$T3 " "$LOG"
 kill -TERM "$T3"
 wait "$T3"
-until_ok 10 not_listed "$T3"
+logged 10 "the target exited pid=$T3 "
 grep -q "search -> exited: the target exited pid=$T3 " "$LOG" && was=search || was=other
 until_ok 60 stash_settled
 after=$(($(free_kb) + $(stash_frames) * 4))
@@ -250,7 +257,7 @@ LOG=$LOG.noshim
 rocsd_start
 target_start /tmp/t4.out /rocstarget run
 T4=$TARGET
-until_ok 60 history_has "$T4" "dry run"
+logged 60 "dry run: stack of .* pid=$T4 "
 said=$(grep -c "kernel shim cannot be used" "$LOG")
 if history_has "$T4" "dry run" && history_has "$T4" "samples over" && [ "$said" = 1 ] &&
     [ "$(confined_of "$T4")" = 0 ]; then
@@ -261,6 +268,7 @@ fi
 kill -TERM "$T4"
 wait "$T4"
 rocsd_stop
+echo "# the daemon scenarios took $(($(date +%s) - started)) s"
 if [ "$FAILED" = 1 ]; then
     for f in /tmp/rocsd.log "$LOG"; do
         echo "# the end of rocsd's log $f:"
