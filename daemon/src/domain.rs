@@ -142,7 +142,7 @@ impl Domain {
             return Err(ErrorReply::new(
                 ErrorCode::Unavailable,
                 format!(
-                    "target {pid} runs dry (no kernel shim, no PMU, or its policy's dry_run): \
+                    "target {pid} runs dry (no kernel shim, or its policy's dry_run): \
                      rocsd moves none of its pages; `rocsctl status` says why"
                 ),
             ));

@@ -46,6 +46,7 @@
 #define REUSE_PAGES 256
 #define HOT_PAGES 32
 #define SLOTS_PER_PAGE (PAGE / sizeof(uint64_t))
+#define ROUND_PAUSE_US 5000
 
 struct region {
 	volatile uint64_t *base;
@@ -80,6 +81,9 @@ static void *writer(void *arg)
 				regions[r].base[i] = tag(round, r, i);
 			}
 		atomic_store(&finished[t], round);
+		/* A breath between rounds, so that rocsd and rocsctl get the guest's two CPUs
+		 * too (a TCG guest has little to spare); pages still move under the writes. */
+		usleep(ROUND_PAUSE_US);
 	}
 	return NULL;
 }
