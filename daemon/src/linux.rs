@@ -559,7 +559,8 @@ impl DomainHost {
     }
 
     /// Confine the pages of the target's named mappings that are not confined, when the
-    /// mappings changed. Not while it is paused: the operator wants its pages where they are.
+    /// mappings changed. Not while it is paused (the operator wants its pages where they
+    /// are), nor when it runs dry (no page of it moves; `rocsctl status` says why).
     fn confine_mappings(&mut self, pid: Pid) {
         let Some(named) = self.named.get_mut(&pid) else {
             return;
@@ -567,7 +568,7 @@ impl DomainHost {
         if self
             .domain
             .controller(pid)
-            .is_none_or(|c| c.state() == State::Paused)
+            .is_none_or(|c| c.state() == State::Paused || c.knobs().dry_run)
         {
             return;
         }
@@ -597,7 +598,7 @@ impl DomainHost {
         {
             Ok(r) => tracing::info!(
                 pid,
-                "policy mappings {:?}: {} of {} new pages confined",
+                "policy mappings {:?}: {} of {} pages confined",
                 self.named[&pid].patterns,
                 r.confined,
                 r.pages
