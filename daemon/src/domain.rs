@@ -5,15 +5,31 @@
 
 use std::collections::BTreeMap;
 
-use rocs_config::protocol::{ErrorCode, ErrorReply};
+use rocs_config::protocol::{ConfineReply, ErrorCode, ErrorReply};
 use rocs_core::{
     Command, Controller, CounterDelta, Counters, Driver, Engine, Outcome, Pid, Remapper, Sampler,
+    VirtPage,
 };
 use serde_json::Value;
 
 use crate::report::describe;
 use crate::state::Query;
 use crate::targets::Target;
+
+/// Most pages one confine request may name (16 GiB of 4 KiB pages): a larger range is more
+/// likely a mistyped address than a buffer.
+const MAX_CONFINE_PAGES: u64 = 1 << 22;
+
+/// Which pages of a target to confine by name.
+#[derive(Clone, Debug)]
+pub enum Confine {
+    /// The pages of the byte range `[start, end)`.
+    Range { start: u64, end: u64 },
+    /// The `k` worst pages of the current miss-rate stack.
+    Top(usize),
+    /// These pages (a policy's mappings).
+    Pages(Vec<VirtPage>),
+}
 
 #[derive(Default)]
 pub struct Domain {
@@ -104,6 +120,74 @@ impl Domain {
         self.report(&mut out);
         self.outcomes = out;
         true
+    }
+
+    /// Confine pages of a target by name, at once; say how many are confined now.
+    pub fn confine<P>(
+        &mut self,
+        platform: &mut P,
+        pid: Pid,
+        what: Confine,
+    ) -> Result<ConfineReply, ErrorReply>
+    where
+        P: Sampler + Counters + Remapper,
+    {
+        let Some(c) = self.controller(pid) else {
+            return Err(ErrorReply::new(
+                ErrorCode::NoSuchTarget,
+                format!("target {pid} has just exited"),
+            ));
+        };
+        if c.knobs().dry_run {
+            return Err(ErrorReply::new(
+                ErrorCode::Unavailable,
+                format!(
+                    "target {pid} runs dry (no kernel shim, or its policy's dry_run): \
+                     rocsd moves none of its pages; `rocsctl status` says why"
+                ),
+            ));
+        }
+        let shift = c.profile().page_shift();
+        let pages: Vec<VirtPage> = match what {
+            Confine::Range { start, end } => {
+                let (first, last) = (start >> shift, (end - 1) >> shift);
+                if last - first >= MAX_CONFINE_PAGES {
+                    return Err(ErrorReply::new(
+                        ErrorCode::BadRequest,
+                        format!(
+                            "[{start:#x}, {end:#x}) spans more than {MAX_CONFINE_PAGES} pages: \
+                             check the addresses (`rocsctl profile` shows the target's)"
+                        ),
+                    ));
+                }
+                (first..=last).map(VirtPage).collect()
+            }
+            Confine::Top(k) if c.stack().is_empty() => {
+                return Err(ErrorReply::new(
+                    ErrorCode::Unavailable,
+                    format!(
+                        "target {pid} has no miss-rate stack yet (it is profiled first), so it \
+                         has no top {k} pages; name an address range instead"
+                    ),
+                ))
+            }
+            Confine::Top(k) => c.stack().top(k).collect(),
+            Confine::Pages(pages) => pages,
+        };
+        self.command(
+            platform,
+            pid,
+            Command::Confine {
+                pages: pages.clone(),
+            },
+        );
+        let explicit = self.controller(pid).map(|c| c.explicit());
+        Ok(ConfineReply {
+            target: pid,
+            pages: pages.len(),
+            confined: explicit.map_or(0, |e| pages.iter().filter(|p| e.contains(p)).count()),
+            explicit: explicit.map_or(0, |e| e.len()),
+        })
     }
 
     /// Answer a control query about a target.

@@ -7,7 +7,9 @@
 //! - no shim: observe and profile only (the controller runs dry: it ranks, never moves);
 //! - no hardware PMU: refuse to start, unless `allow_observe_only`; then counting uses
 //!   software stand-ins and sampling the page-fault plan, which exercise the perf plumbing
-//!   but measure no cache event (labelled "observe-only" everywhere).
+//!   but measure no cache event (labelled "observe-only" everywhere): nothing is searched,
+//!   and with the shim only the pages named by `rocsctl confine` or a policy move;
+//! - `pmu = "replay:FILE"`: samples and counters from a script (tests; said as a notice).
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -15,19 +17,20 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{bail, Context};
+use rocs_config::daemon::PmuChoice;
 use rocs_config::DaemonConfig;
-use rocs_core::{CacheGeometry, Colour, Command, Knobs, Pid};
+use rocs_core::{CacheGeometry, Colour, Command, Knobs, Pid, State, VirtPage};
 use rocs_linux::counters::CounterEvents;
 use rocs_linux::plan::software_page_fault_plan;
 use rocs_linux::shim::{ShimClient, ShimConfig};
 use rocs_linux::{
     detect_geometry, domain_of, llc_domains, process_cpus, select_plan, CpuInfo, EventChoice,
-    EventPlan, KernelVersion, LinuxPlatform, PmuInventory,
+    EventPlan, KernelVersion, LinuxPlatform, PmuInventory, ReplayPmu, ReplayScript,
 };
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
-use crate::domain::Domain;
+use crate::domain::{Confine, Domain};
 use crate::procscan::{process_info, Scanner};
 use crate::state::{Capability, Daemon, HostCommand, LoadedPolicies, TargetEntry};
 use crate::targets::Target;
@@ -37,8 +40,7 @@ pub struct LinuxSetup {
     pub capability: Capability,
     pub notices: Vec<String>,
     pub llc: Option<CacheGeometry>,
-    plan: EventPlan,
-    counter_events: CounterEvents,
+    pmu: PmuSource,
     shim: Option<Arc<Mutex<ShimClient>>>,
     /// The colours the shim's pollute buffer was configured with.
     shim_pollute: Vec<Colour>,
@@ -60,32 +62,22 @@ impl LinuxSetup {
         notices.extend(geometry.notes.iter().cloned());
         let llc = geometry.llc;
 
-        let (plan, counter_events, observe_only) =
-            match select_plan(&cpu, &pmus, kernel, EventChoice::Auto) {
-                Ok(plan) => (plan, CounterEvents::HARDWARE, false),
-                Err(no) if config.allow_observe_only => {
-                    notices.push(format!(
-                        "OBSERVE-ONLY: no precise memory sampling here ({}). Running on software \
-                         events: counters are task-clock/page-fault stand-ins and samples are page \
-                         faults, which show the perf plumbing at work but measure no cache event; \
-                         no page will be moved",
-                        no.why
-                    ));
-                    let events = if pmus.core_pmu().is_some() {
-                        CounterEvents::HARDWARE
-                    } else {
-                        CounterEvents::SOFTWARE_STAND_INS
-                    };
-                    (software_page_fault_plan(), events, true)
-                }
-                Err(no) => bail!(
-                    "no precise memory sampling on this machine: {}; {}. rocsd cannot profile \
-                     here. To run anyway on software events (no cache data, no migration), set \
-                     allow_observe_only = true in rocsd.toml",
-                    no.why,
-                    no.fix
-                ),
-            };
+        let (pmu, observe_only) = match &config.pmu {
+            PmuChoice::Replay(file) => {
+                let script = ReplayScript::load(file).context("the replay PMU named by pmu")?;
+                notices.push(format!(
+                    "REPLAY PMU: samples and counters are played from {} (pmu in rocsd.toml), \
+                     not measured on this machine: a test set-up; every search follows the script",
+                    file.display()
+                ));
+                (PmuSource::Replay(Arc::new(script)), false)
+            }
+            PmuChoice::Auto => {
+                let (plan, events, observe_only) =
+                    hardware_pmu(config, &cpu, &pmus, kernel, &mut notices)?;
+                (PmuSource::Perf(plan, events), observe_only)
+            }
+        };
 
         let mut shim_pollute = Vec::new();
         let shim = match ShimClient::open() {
@@ -102,8 +94,8 @@ impl LinuxSetup {
                     .configure(&ShimConfig {
                         colours: llc.colours(),
                         pollute,
-                        pool_limit: 1 << 16,
-                        prefill: false,
+                        pool_limit: stash_limit(knobs.page_budget),
+                        prefill: true,
                     })
                     .context("configuring the rocs_shim module")?;
                 Some(Arc::new(Mutex::new(client)))
@@ -127,8 +119,7 @@ impl LinuxSetup {
             capability,
             notices,
             llc: Some(llc),
-            plan,
-            counter_events,
+            pmu,
             shim,
             shim_pollute,
             page_shift: page_size.trailing_zeros(),
@@ -136,11 +127,64 @@ impl LinuxSetup {
     }
 }
 
+/// Where samples and counters come from.
+#[derive(Clone)]
+enum PmuSource {
+    /// perf events: the sampling plan and the counting events.
+    Perf(EventPlan, CounterEvents),
+    /// A replay script (pmu = "replay:FILE").
+    Replay(Arc<ReplayScript>),
+}
+
+/// The hardware's sampling plan and counting events; without precise sampling, software
+/// stand-ins when `allow_observe_only` (the third value: observe-only), else an error.
+fn hardware_pmu(
+    config: &DaemonConfig,
+    cpu: &CpuInfo,
+    pmus: &PmuInventory,
+    kernel: KernelVersion,
+    notices: &mut Vec<String>,
+) -> anyhow::Result<(EventPlan, CounterEvents, bool)> {
+    match select_plan(cpu, pmus, kernel, EventChoice::Auto) {
+        Ok(plan) => Ok((plan, CounterEvents::HARDWARE, false)),
+        Err(no) if config.allow_observe_only => {
+            notices.push(format!(
+                "OBSERVE-ONLY: no precise memory sampling here ({}). Running on software \
+                 events: counters are task-clock/page-fault stand-ins and samples are page \
+                 faults, which show the perf plumbing at work but measure no cache event; \
+                 nothing is searched, and only pages named by `rocsctl confine` or a \
+                 policy's confine mappings move",
+                no.why
+            ));
+            let events = if pmus.core_pmu().is_some() {
+                CounterEvents::HARDWARE
+            } else {
+                CounterEvents::SOFTWARE_STAND_INS
+            };
+            Ok((software_page_fault_plan(), events, true))
+        }
+        Err(no) => bail!(
+            "no precise memory sampling on this machine: {}; {}. rocsd cannot profile \
+             here. To run anyway on software events (no cache data, no migration), set \
+             allow_observe_only = true in rocsd.toml",
+            no.why,
+            no.fix
+        ),
+    }
+}
+
+/// The shim's stash bound per NUMA node. Half of it is kept filled with frames of the
+/// pollute colours (PREFILL, topped up after every move to the buffer): one window's moves
+/// at most (the page budget: no search step moves more), so that a step takes its frames
+/// from the stash rather than finding each one the hard way while the target waits.
+fn stash_limit(page_budget: u32) -> u64 {
+    (2 * u64::from(page_budget)).min(rocs_linux::shim::abi::MAX_POOL_LIMIT)
+}
+
 /// What every domain's task needs from the setup.
 struct Shared {
     capability: Capability,
-    plan: EventPlan,
-    counter_events: CounterEvents,
+    pmu: PmuSource,
     shim: Option<Arc<Mutex<ShimClient>>>,
     shim_pollute: Vec<Colour>,
     page_shift: u32,
@@ -156,8 +200,7 @@ pub fn start(
 ) -> Vec<JoinHandle<()>> {
     let shared = Arc::new(Shared {
         capability: setup.capability,
-        plan: setup.plan,
-        counter_events: setup.counter_events,
+        pmu: setup.pmu,
         shim: setup.shim,
         shim_pollute: setup.shim_pollute,
         page_shift: setup.page_shift,
@@ -183,11 +226,16 @@ pub fn start(
             index,
             tx: tx.clone(),
             domain: Domain::new(),
-            platform: LinuxPlatform::new(
-                shared.plan.clone(),
-                shared.counter_events,
-                shared.shim.clone(),
-            ),
+            named: HashMap::new(),
+            platform: match &shared.pmu {
+                PmuSource::Perf(plan, events) => {
+                    LinuxPlatform::new(plan.clone(), *events, shared.shim.clone())
+                }
+                PmuSource::Replay(script) => LinuxPlatform::with_replay(
+                    ReplayPmu::new(script.clone(), 1 << shared.page_shift),
+                    shared.shim.clone(),
+                ),
+            },
         };
         tasks.push(tokio::spawn(host.run(rx)));
         hosts.push(tx);
@@ -215,11 +263,13 @@ impl Domains {
 struct Attached {
     policy: String,
     knobs: Knobs,
+    confine: Vec<String>,
     domain: usize,
 }
 
-/// The result of matching one process: its policy name and knobs, if any.
-type Verdict = Option<(String, Knobs)>;
+/// The result of matching one process: its policy's name, knobs and mappings to confine,
+/// if any.
+type Verdict = Option<(String, Knobs, Vec<String>)>;
 
 /// A scan to make (all processes again?, with these policies), and where to answer: the
 /// processes gone, and a verdict for each new or changed one.
@@ -287,7 +337,7 @@ async fn scan_loop(daemon: Arc<Daemon>, domains: Domains, mut shutdown: watch::R
         }
         for (pid, comm, v) in verdicts {
             let same = match (attached.get(&pid), &v) {
-                (Some(a), Some((p, k))) => a.policy == *p && a.knobs == *k,
+                (Some(a), Some((p, k, c))) => a.policy == *p && a.knobs == *k && a.confine == *c,
                 (None, None) => true,
                 _ => false,
             };
@@ -299,18 +349,20 @@ async fn scan_loop(daemon: Arc<Daemon>, domains: Domains, mut shutdown: watch::R
                 let release = HostCommand::Release { pid, restore: true };
                 let _ = domains.hosts[a.domain].send(release).await;
             }
-            if let Some((policy, knobs)) = v {
+            if let Some((policy, knobs, confine)) = v {
                 let domain = domains.of(pid);
                 let attach = HostCommand::Attach {
                     pid,
                     comm,
                     policy: policy.clone(),
                     knobs: knobs.clone(),
+                    confine: confine.clone(),
                 };
                 if domains.hosts[domain].send(attach).await.is_ok() {
                     let a = Attached {
                         policy,
                         knobs,
+                        confine,
                         domain,
                     };
                     attached.insert(pid, a);
@@ -330,7 +382,7 @@ fn verdict(loaded: &LoadedPolicies, pid: Pid, comm: &str) -> Verdict {
     let info = process_info(pid, comm, loaded.set.uses_exe(), loaded.set.uses_cgroups());
     loaded
         .matching(&info)
-        .map(|(p, k)| (p.name.clone(), k.clone()))
+        .map(|(p, k)| (p.name.clone(), k.clone(), p.confine.clone()))
 }
 
 /// The task of one LLC domain: its targets' windows end together, on one tick.
@@ -341,6 +393,17 @@ struct DomainHost {
     tx: mpsc::Sender<HostCommand>,
     domain: Domain,
     platform: LinuxPlatform,
+    /// Targets whose policy names mappings to confine.
+    named: HashMap<Pid, NamedMappings>,
+}
+
+/// A target's mappings to confine by name, and the address ranges they had when last
+/// confined: their pages are asked for again only when those change (the mappings grow, new
+/// ones appear), so that a page that cannot move (one not touched yet) is not retried every
+/// window.
+struct NamedMappings {
+    patterns: Vec<String>,
+    ranges: Vec<(u64, u64)>,
 }
 
 impl DomainHost {
@@ -370,7 +433,21 @@ impl DomainHost {
                 comm,
                 policy,
                 knobs,
-            } => self.attach(pid, comm, policy, knobs),
+                confine,
+            } => {
+                self.attach(pid, comm, policy, knobs);
+                if !confine.is_empty() && self.domain.contains(pid) {
+                    let named = NamedMappings {
+                        patterns: confine,
+                        ranges: Vec::new(),
+                    };
+                    self.named.insert(pid, named);
+                    self.confine_mappings(pid);
+                }
+            }
+            HostCommand::Confine { pid, what, reply } => {
+                let _ = reply.send(self.domain.confine(&mut self.platform, pid, what));
+            }
             HostCommand::Query { pid, query, reply } => {
                 let _ = reply.send(self.domain.query(pid, query));
             }
@@ -383,12 +460,14 @@ impl DomainHost {
                 let _ = reply.send(());
             }
             HostCommand::Exited { pid } => {
+                self.named.remove(&pid);
                 if self.domain.exited(&mut self.platform, pid).is_some() {
                     self.platform.forget(pid);
                     self.daemon.unregister(pid);
                 }
             }
             HostCommand::Release { pid, restore } => {
+                self.named.remove(&pid);
                 if self
                     .domain
                     .release(&mut self.platform, pid, restore)
@@ -404,6 +483,9 @@ impl DomainHost {
 
     fn attach(&mut self, pid: Pid, comm: String, policy: String, mut knobs: Knobs) {
         let shared = &self.shared;
+        if shared.shim.is_none() {
+            knobs.dry_run = true;
+        }
         if shared.capability == Capability::ObserveOnly {
             // Software stand-ins are not cache events: thresholds on them mean nothing, so
             // every target goes on to profile its page faults (and nothing is ever moved).
@@ -466,9 +548,62 @@ impl DomainHost {
         if self.domain.is_empty() {
             return;
         }
+        let named: Vec<Pid> = self.named.keys().copied().collect();
+        for pid in named {
+            self.confine_mappings(pid);
+        }
         let measured = self.domain.end_window(&mut self.platform, &|_, _| false);
         for _ in 0..measured {
             self.daemon.note_measured();
+        }
+    }
+
+    /// Confine the pages of the target's named mappings that are not confined, when the
+    /// mappings changed. Not while it is paused (the operator wants its pages where they
+    /// are), nor when it runs dry (no page of it moves; `rocsctl status` says why).
+    fn confine_mappings(&mut self, pid: Pid) {
+        let Some(named) = self.named.get_mut(&pid) else {
+            return;
+        };
+        if self
+            .domain
+            .controller(pid)
+            .is_none_or(|c| c.state() == State::Paused || c.knobs().dry_run)
+        {
+            return;
+        }
+        let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
+            return;
+        };
+        let ranges = mapped_ranges(&maps, &named.patterns);
+        if ranges == named.ranges {
+            return;
+        }
+        named.ranges = ranges;
+        let shift = self.shared.page_shift;
+        let explicit = self.domain.controller(pid).map(|c| c.explicit());
+        let pages: Vec<VirtPage> = named
+            .ranges
+            .iter()
+            .flat_map(|&(start, end)| (start >> shift..end >> shift).map(VirtPage))
+            .filter(|p| explicit.is_none_or(|e| !e.contains(p)))
+            .take(MAX_MAPPED_PAGES)
+            .collect();
+        if pages.is_empty() {
+            return;
+        }
+        match self
+            .domain
+            .confine(&mut self.platform, pid, Confine::Pages(pages))
+        {
+            Ok(r) => tracing::info!(
+                pid,
+                "policy mappings {:?}: {} of {} pages confined",
+                self.named[&pid].patterns,
+                r.confined,
+                r.pages
+            ),
+            Err(e) => tracing::warn!(pid, "policy mappings not confined: {}", e.message),
         }
     }
 
@@ -477,5 +612,64 @@ impl DomainHost {
         for pid in pids {
             self.command(HostCommand::Release { pid, restore });
         }
+    }
+}
+
+/// Most pages taken from named mappings in one pass (16 GiB of 4 KiB pages).
+const MAX_MAPPED_PAGES: usize = 1 << 22;
+
+/// The address ranges of the mappings of a /proc/PID/maps text whose pathname (its last
+/// column: a path, `[heap]`, `[anon:NAME]`, ...) one of `patterns` matches.
+fn mapped_ranges(maps: &str, patterns: &[String]) -> Vec<(u64, u64)> {
+    let mut ranges = Vec::new();
+    for line in maps.lines() {
+        // "start-end perms offset dev inode   pathname": single spaces up to the inode,
+        // then padding; a pathname may hold spaces.
+        let mut fields = line.splitn(6, ' ');
+        let range = fields.next().unwrap_or("");
+        let name = fields.nth(4).unwrap_or("").trim_start();
+        if name.is_empty() || !patterns.iter().any(|p| rocs_config::glob_match(p, name)) {
+            continue;
+        }
+        let hex = |t: &str| u64::from_str_radix(t, 16).ok();
+        if let Some((start, end)) = range
+            .split_once('-')
+            .and_then(|(a, b)| Some((hex(a)?, hex(b)?)))
+        {
+            ranges.push((start, end));
+        }
+    }
+    ranges
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn named_mappings_give_their_ranges() {
+        let maps = "\
+00400000-00401000 r-xp 00000000 08:01 1234                               /usr/bin/target
+01000000-01003000 rw-p 00000000 00:00 0                                  [heap]
+7f0000000000-7f0000002000 rw-p 00000000 00:00 0                          [anon:stream buf]
+7f0000002000-7f0000003000 rw-p 00000000 00:00 0 \n\
+7ffc00000000-7ffc00001000 rw-p 00000000 00:00 0                          [stack]
+";
+        let ranges = |p: &[&str]| {
+            let p: Vec<String> = p.iter().map(|s| s.to_string()).collect();
+            mapped_ranges(maps, &p)
+        };
+        assert_eq!(ranges(&["[heap]"]), vec![(0x0100_0000, 0x0100_3000)]);
+        assert_eq!(
+            ranges(&["[anon:stream*]"]),
+            vec![(0x7f00_0000_0000, 0x7f00_0000_2000)]
+        );
+        assert_eq!(ranges(&["/usr/bin/*"]), vec![(0x40_0000, 0x40_1000)]);
+        assert!(ranges(&["[vdso]"]).is_empty());
+        assert_eq!(
+            ranges(&["*"]).len(),
+            4,
+            "an unnamed mapping matches nothing"
+        );
     }
 }

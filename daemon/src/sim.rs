@@ -322,6 +322,9 @@ impl SimHost {
                     self.daemon.unregister(pid);
                 }
             }
+            HostCommand::Confine { pid, what, reply } => {
+                let _ = reply.send(run.domain.confine(&mut run.machine, pid, what));
+            }
             // A simulated machine attaches its own processes.
             HostCommand::Attach { .. } => {}
             // Stop ends the loop before it gets here.

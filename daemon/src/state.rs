@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rocs_config::protocol::{
-    ActionReply, ErrorCode, ErrorReply, PolicySummary, ReloadReply, Request, StatusReply,
-    TargetSummary,
+    ActionReply, ConfineReply, ErrorCode, ErrorReply, PolicySummary, ReloadReply, Request,
+    StatusReply, TargetSummary,
 };
 use rocs_config::{DaemonConfig, Platform, Policy, PolicyErrors, PolicySet, ProcessInfo};
 use rocs_core::knobs::Knobs;
@@ -102,6 +102,14 @@ pub enum HostCommand {
         comm: String,
         policy: String,
         knobs: rocs_core::Knobs,
+        /// The policy's mappings to confine by name.
+        confine: Vec<String>,
+    },
+    /// Confine pages of a target by name (`rocsctl confine`).
+    Confine {
+        pid: Pid,
+        what: crate::domain::Confine,
+        reply: oneshot::Sender<Result<ConfineReply, ErrorReply>>,
     },
     /// The process is gone (the scanner saw it exit).
     Exited { pid: Pid },
@@ -446,6 +454,14 @@ impl Daemon {
                     .await
             }
             Request::Reload => json(serde_json::to_value(self.reload().await?)),
+            Request::Confine { target, range, top } => {
+                use crate::domain::Confine;
+                let what = match (range, top) {
+                    (Some([start, end]), _) => Confine::Range { start, end },
+                    (None, k) => Confine::Top(k.unwrap_or(0)),
+                };
+                json(serde_json::to_value(self.confine(&target, what).await?))
+            }
         }
     }
 
@@ -475,6 +491,39 @@ impl Daemon {
         }
     }
 
+    async fn confine(
+        &self,
+        target: &str,
+        what: crate::domain::Confine,
+    ) -> Result<ConfineReply, ErrorReply> {
+        let (pid, host) = self.resolve(target)?;
+        let (reply, rx) = oneshot::channel();
+        let gone = || {
+            ErrorReply::new(
+                ErrorCode::NoSuchTarget,
+                format!("target {pid} has just exited"),
+            )
+        };
+        let confine = HostCommand::Confine { pid, what, reply };
+        host.send(confine).await.map_err(|_| gone())?;
+        let r = match tokio::time::timeout(HOST_REPLY_TIMEOUT, rx).await {
+            Ok(Ok(r)) => r?,
+            Ok(Err(_)) => return Err(gone()),
+            Err(_) => {
+                return Err(ErrorReply::new(
+                    ErrorCode::Unavailable,
+                    format!("target {pid} did not answer within {HOST_REPLY_TIMEOUT:?}"),
+                ))
+            }
+        };
+        tracing::info!(
+            "operator confine of {pid}: {} of {} named pages confined",
+            r.confined,
+            r.pages
+        );
+        Ok(r)
+    }
+
     async fn operator(
         &self,
         action: &str,
@@ -488,6 +537,7 @@ impl Daemon {
             match command {
                 Command::Pause | Command::RestoreAll => self.paused.store(true, Ordering::Relaxed),
                 Command::Resume => self.paused.store(false, Ordering::Relaxed),
+                Command::Confine { .. } => {}
             }
         }
         let mut done = Vec::new();
@@ -496,7 +546,7 @@ impl Daemon {
             if host
                 .send(HostCommand::Operator {
                     pid,
-                    command,
+                    command: command.clone(),
                     reply: tx,
                 })
                 .await

@@ -35,9 +35,11 @@ pub struct Target {
 }
 
 impl Target {
-    /// A new target and its controller. Without migration (no shim, or observe-only), the
-    /// knobs are forced to dry-run: the controller profiles and ranks but never asks for a
-    /// move.
+    /// A new target and its controller. Without the shim the knobs are forced to dry-run:
+    /// the controller profiles and ranks but never asks for a move. (Observe-only targets,
+    /// on software events, never search: their samples carry no LLC data, so their stack is
+    /// empty; the host forces dry-run on them only when the shim is missing too, so that
+    /// pages named by the operator or a policy still move.)
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         pid: Pid,
@@ -50,7 +52,7 @@ impl Target {
         capability: Capability,
     ) -> Result<(Self, Controller), String> {
         let mut knobs = given_knobs.clone();
-        if capability != Capability::Full {
+        if capability == Capability::ObserveAndProfile {
             knobs.dry_run = true;
         }
         let controller = Controller::new(platform_pid, knobs, page_shift, colours)
@@ -194,6 +196,7 @@ impl Target {
                     total: entries.len(),
                     k,
                     entries: entries[..limit.unwrap_or(usize::MAX).min(entries.len())].to_vec(),
+                    explicit: c.explicit().iter().map(|p| p.0).collect(),
                 })
             }
             Query::History => {

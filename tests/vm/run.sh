@@ -4,19 +4,22 @@
 # Builds the module against the headers of an installed Debian kernel and a static guest
 # test program, packs them with busybox into an initramfs, boots that kernel under
 # qemu (TCG: KVM here cannot boot it) with two NUMA nodes, runs the suite in the guest and
-# reads the results from the serial console. Prints "N passed, M failed" and the
-# throughput line, and exits non-zero when a test fails, the guest does not finish, or the
-# guest's kernel log holds a WARNING, BUG, oops or sanitizer report.
+# reads the results from the serial console. Then, in the same boot, the real rocsd and
+# rocsctl of this tree (tests/vm/guest/daemon.sh: samples and counters from the replay PMU,
+# pages moved by the shim) run against the guest's own target programs. Prints "N passed,
+# M failed" and the throughput lines, and exits non-zero when a test fails, the guest does
+# not finish, or the guest's kernel log holds a WARNING, BUG, oops or sanitizer report.
 #
 #   tests/vm/run.sh                 # everything, installs what is missing (apt-get)
 #   ROCS_VM_KVER=6.12.107+deb12-amd64 tests/vm/run.sh   # another installed kernel
 #                                   # (default: linux-image-amd64's, else the newest)
 #   ROCS_VM_KEEP=1 tests/vm/run.sh  # keep the work directory (console log, initramfs)
 #   ROCS_VM_TESTS="pollute restore" tests/vm/run.sh   # run only these guest tests
+#                                   # ("daemon": the rocsd scenarios; left out otherwise)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-TIMEOUT=${ROCS_VM_TIMEOUT:-280}
+TIMEOUT=${ROCS_VM_TIMEOUT:-480}
 say() { printf '[vm] %s\n' "$*"; }
 
 # --- what is needed on the host ---------------------------------------------------------
@@ -78,12 +81,30 @@ fi
 
 INITRD_ROOT=$WORK/initramfs
 mkdir -p "$INITRD_ROOT"/{bin,sbin,usr/bin,usr/sbin,proc,sys,dev,tmp,root}
-gcc -static -O2 -Wall -Wextra -Werror -pthread -I"$ROOT/kmod-shim/include/uapi" \
-    -o "$INITRD_ROOT/shimtest" "$ROOT/tests/vm/guest/shimtest.c"
+for prog in shimtest rocstarget; do
+    gcc -static -O2 -Wall -Wextra -Werror -pthread -I"$ROOT/kmod-shim/include/uapi" \
+        -o "$INITRD_ROOT/$prog" "$ROOT/tests/vm/guest/$prog.c"
+done
+# The second target of daemon.sh: the same program under another command name.
+cp "$INITRD_ROOT/rocstarget" "$INITRD_ROOT/rocsheap"
 cp "$WORK/kmod/rocs_shim.ko" "$INITRD_ROOT/rocs_shim.ko"
 
-# The Rust client too: the ignored live test of crates/rocs-linux/tests/shim_abi.rs, a
-# glibc binary, runs in the guest with the shared libraries it needs copied alongside.
+# glibc binaries run in the guest with the shared libraries they need copied alongside
+# (the toolchain here has no musl target to add, and these are what users run), debug
+# information stripped to keep the initramfs small.
+copy_binary() { # copy_binary BINARY NAME
+    strip --strip-debug -o "$INITRD_ROOT/$2" "$1"
+    for lib in $(ldd "$1" | grep -o '/[^ ]*'); do
+        mkdir -p "$INITRD_ROOT$(dirname "$lib")"
+        cp -L "$lib" "$INITRD_ROOT$lib"
+    done
+}
+# The daemon scenarios run unless ROCS_VM_TESTS names tests and not "daemon".
+DAEMON=1
+if [ -n "${ROCS_VM_TESTS:-}" ] && ! echo " $ROCS_VM_TESTS " | grep -q " daemon "; then DAEMON=0; fi
+
+# The Rust client too: the ignored live test of crates/rocs-linux/tests/shim_abi.rs; and
+# rocsd and rocsctl of this tree (the debug build the workspace's tests use).
 RUST_CLIENT=0
 if [ "${ROCS_VM_RUST:-1}" = 0 ]; then
     say "ROCS_VM_RUST=0: the Rust client is not exercised in the guest"
@@ -98,12 +119,22 @@ else
     if [ -z "$client_test" ] || [ ! -x "$client_test" ]; then
         cat "$WORK/cargo.log" >&2; echo "tests/vm: building the Rust client's test failed" >&2; exit 1
     fi
-    cp "$client_test" "$INITRD_ROOT/shim_client_test"
-    for lib in $(ldd "$client_test" | grep -o '/[^ ]*'); do
-        mkdir -p "$INITRD_ROOT$(dirname "$lib")"
-        cp -L "$lib" "$INITRD_ROOT$lib"
-    done
+    copy_binary "$client_test" shim_client_test
     RUST_CLIENT=1
+    if [ "$DAEMON" = 1 ]; then
+        say "building rocsd and rocsctl (cargo)"
+        bins=$(cd "$ROOT" && cargo build -q -p rocsd -p rocs-cli --message-format=json \
+            2>"$WORK/cargo.log" | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p') || true
+        for bin in rocsd rocsctl; do
+            path=$(echo "$bins" | grep "/$bin\$" | tail -n 1)
+            if [ -z "$path" ] || [ ! -x "$path" ]; then
+                cat "$WORK/cargo.log" >&2; echo "tests/vm: building $bin failed" >&2; exit 1
+            fi
+            copy_binary "$path" "$bin"
+        done
+        cp "$ROOT/tests/vm/guest/daemon.sh" "$INITRD_ROOT/daemon.sh"
+        cp -r "$ROOT/tests/vm/guest/rocsd" "$INITRD_ROOT/vm"
+    fi
 fi
 cp /bin/busybox "$INITRD_ROOT/bin/busybox"
 cat >"$INITRD_ROOT/init" <<EOF
@@ -126,6 +157,7 @@ if [ -x /shim_client_test ]; then
     fi
     rmmod rocs_shim
 fi
+[ -x /rocsd ] && sh /daemon.sh
 echo ROCS-DMESG-BEGIN
 dmesg
 echo ROCS-DMESG-END
@@ -172,7 +204,12 @@ elif [ "$suite_rc" -gt 1 ]; then
     echo "tests/vm: the guest test program died (exit status $suite_rc)" >&2
     bad=1
 fi
-[ -z "$planned" ] || planned=$((planned + RUST_CLIENT))
+daemon_planned=$(tr -d '\r' <"$LOG" | sed -n 's/^ROCS-DAEMON-PLAN \([0-9][0-9]*\)$/\1/p' | head -n 1)
+if [ "$RUST_CLIENT" = 1 ] && [ "$DAEMON" = 1 ] && [ -z "$daemon_planned" ]; then
+    echo "tests/vm: the daemon scenarios did not start" >&2
+    bad=1
+fi
+[ -z "$planned" ] || planned=$((planned + RUST_CLIENT + ${daemon_planned:-0}))
 if [ -z "$planned" ] || [ $((passed + failed)) -ne "$planned" ]; then
     echo "tests/vm: ${planned:-?} results planned, $((passed + failed)) reported" >&2
     bad=1

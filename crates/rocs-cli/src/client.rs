@@ -10,8 +10,8 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
 use rocs_config::protocol::{
-    encode_request, ActionReply, HistoryReply, PageRow, ProfileReply, ReloadReply, Reply, Request,
-    StackReply, StatusReply, TargetSummary,
+    encode_request, ActionReply, ConfineReply, HistoryReply, PageRow, ProfileReply, ReloadReply,
+    Reply, Request, StackReply, StatusReply, TargetSummary,
 };
 use rocs_core::{DataSource, MissRateStack, PageProfile};
 use serde_json::Value;
@@ -69,6 +69,31 @@ pub enum ClientCommand {
     Restore { target: Option<String> },
     /// Re-read the policy files (a broken one is reported; the old policies stay).
     Reload,
+    /// Confine pages of a target now, by name, outside the search (root only): an address
+    /// range, or the K worst pages of its stack. `stack` marks them; `restore` moves them
+    /// back like the others.
+    Confine {
+        target: String,
+        /// START-END: hexadecimal addresses, END excluded (`profile` shows the target's).
+        #[arg(long, value_name = "START-END", value_parser = parse_range,
+              required_unless_present = "top", conflicts_with = "top")]
+        range: Option<[u64; 2]>,
+        /// The K pages at the top of the target's miss-rate stack.
+        #[arg(long, value_name = "K")]
+        top: Option<usize>,
+    },
+}
+
+/// `START-END` in hexadecimal (with or without 0x), START below END.
+fn parse_range(s: &str) -> Result<[u64; 2], String> {
+    let hex = |t: &str| u64::from_str_radix(t.trim().trim_start_matches("0x"), 16).ok();
+    match s.split_once('-').map(|(a, b)| (hex(a), hex(b))) {
+        Some((Some(start), Some(end))) if start < end => Ok([start, end]),
+        Some((Some(_), Some(_))) => Err(format!("{s:?}: START must be below END")),
+        _ => Err(format!(
+            "{s:?} is not START-END in hexadecimal (e.g. 0x7f0000000000-0x7f0000100000)"
+        )),
+    }
 }
 
 /// Longest reply accepted (a profile of millions of pages is large, but not unbounded).
@@ -153,6 +178,9 @@ pub fn run(cmd: ClientCommand, conn: &Global) -> anyhow::Result<ExitCode> {
         ClientCommand::Resume { target } => (Request::Resume { target }, None),
         ClientCommand::Restore { target } => (Request::Restore { target }, None),
         ClientCommand::Reload => (Request::Reload, None),
+        ClientCommand::Confine { target, range, top } => {
+            (Request::Confine { target, range, top }, None)
+        }
     };
     let reply = ask(&conn.socket, &request)?;
     let result = match reply.into_result() {
@@ -205,6 +233,13 @@ pub fn render_text(request: &Request, result: &Value) -> anyhow::Result<String> 
                 } else {
                     format!(" ({})", pids.join(", "))
                 }
+            )
+        }
+        Request::Confine { .. } => {
+            let c: ConfineReply = serde_json::from_value(r)?;
+            format!(
+                "target {}: {} of {} named pages confined ({} confined by name in all)\n",
+                c.target, c.confined, c.pages, c.explicit
             )
         }
         Request::Reload => {
@@ -431,7 +466,33 @@ fn stack_text(s: &StackReply) -> String {
     if s.k > 0 {
         out += "(* confined in the pollute buffer)\n";
     }
+    if !s.explicit.is_empty() {
+        out += &format!(
+            "confined by name, outside the search: {} pages\n",
+            s.explicit.len()
+        );
+        for (first, last) in page_runs(&s.explicit) {
+            out += &format!(
+                "  {:#018x}-{:#018x} {:>7} pages\n",
+                first << s.page_shift,
+                ((last + 1) << s.page_shift) - 1,
+                last - first + 1
+            );
+        }
+    }
     out
+}
+
+/// Runs of consecutive page numbers (sorted input): first and last of each.
+fn page_runs(pages: &[u64]) -> Vec<(u64, u64)> {
+    let mut runs: Vec<(u64, u64)> = Vec::new();
+    for &p in pages {
+        match runs.last_mut() {
+            Some(r) if r.1 + 1 == p => r.1 = p,
+            _ => runs.push((p, p)),
+        }
+    }
+    runs
 }
 
 fn history_text(h: &HistoryReply) -> String {
@@ -509,6 +570,19 @@ mod tests {
                 (3, 3, 1, 1, 3, true),
                 (5, 5, 1, 1, 3, true)
             ]
+        );
+    }
+
+    #[test]
+    fn ranges_and_runs_read_well() {
+        assert_eq!(parse_range("0x1000-0x3000"), Ok([0x1000, 0x3000]));
+        assert_eq!(parse_range("1000-3000"), Ok([0x1000, 0x3000]));
+        assert!(parse_range("0x3000-0x1000").is_err());
+        assert!(parse_range("0x3000").is_err());
+        assert!(parse_range("x-y").is_err());
+        assert_eq!(
+            page_runs(&[1, 2, 3, 7, 9, 10]),
+            vec![(1, 3), (7, 7), (9, 10)]
         );
     }
 

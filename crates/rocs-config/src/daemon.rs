@@ -10,6 +10,7 @@
 //! window_ms = 100                   # measurement window on linux
 //! restore_on_exit = true            # move confined pages back when rocsd stops
 //! allow_observe_only = false        # run without a PMU (software events only)
+//! pmu = "auto"                      # or "replay:FILE": scripted samples and counters (tests)
 //! client_timeout_ms = 10000         # a control client must send a line within this
 //! metrics = "9477"                  # Prometheus metrics on 127.0.0.1:9477 (a port alone
 //!                                   # is loopback; "0.0.0.0:9477" any address); absent = off
@@ -58,6 +59,27 @@ impl std::fmt::Display for Platform {
             Platform::Linux => "linux",
             Platform::Sim => "sim",
         })
+    }
+}
+
+/// Where rocsd's samples and counters come from on linux.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum PmuChoice {
+    /// The hardware PMU (perf events), or software stand-ins with `allow_observe_only`.
+    #[default]
+    Auto,
+    /// A replay PMU script (rocs-linux's `replay`): the samples and counters it plays, for
+    /// testing the rest of the real path on a machine without a PMU. Never chosen unless
+    /// named.
+    Replay(PathBuf),
+}
+
+impl std::fmt::Display for PmuChoice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PmuChoice::Auto => f.write_str("auto"),
+            PmuChoice::Replay(file) => write!(f, "replay:{}", file.display()),
+        }
     }
 }
 
@@ -142,6 +164,7 @@ pub struct DaemonConfig {
     pub window_ms: u64,
     pub restore_on_exit: bool,
     pub allow_observe_only: bool,
+    pub pmu: PmuChoice,
     pub client_timeout_ms: u64,
     pub metrics: Option<SocketAddr>,
     /// Default knobs for every policy.
@@ -164,6 +187,7 @@ impl Default for DaemonConfig {
             window_ms: 100,
             restore_on_exit: true,
             allow_observe_only: false,
+            pmu: PmuChoice::Auto,
             client_timeout_ms: 10_000,
             metrics: None,
             knobs: KnobTable::new(),
@@ -186,6 +210,7 @@ struct RawConfig {
     window_ms: Option<toml::Spanned<u64>>,
     restore_on_exit: Option<bool>,
     allow_observe_only: Option<bool>,
+    pmu: Option<toml::Spanned<String>>,
     client_timeout_ms: Option<toml::Spanned<u64>>,
     metrics: Option<toml::Spanned<String>>,
     #[serde(default)]
@@ -304,6 +329,23 @@ impl DaemonConfig {
         }
         if let Some(o) = raw.allow_observe_only {
             c.allow_observe_only = o;
+        }
+        if let Some(p) = raw.pmu {
+            c.pmu = match p.get_ref().as_str() {
+                "auto" => PmuChoice::Auto,
+                v => match v.strip_prefix("replay:") {
+                    Some(f) if !f.is_empty() => PmuChoice::Replay(absolute(f.into())),
+                    _ => {
+                        return Err(ConfigError::at(
+                            at(p.span()),
+                            format!(
+                                "pmu = {v:?}: use \"auto\" (the hardware PMU), or \"replay:FILE\" \
+                                 to play a script of samples and counters (tests only)"
+                            ),
+                        ))
+                    }
+                },
+            };
         }
         if let Some(m) = raw.metrics {
             c.metrics = Some(metrics_address(m.get_ref()).ok_or_else(|| {
@@ -427,6 +469,17 @@ mod tests {
         assert_eq!(c.metrics, None, "metrics are off unless asked for");
         assert!(c.restore_on_exit);
         assert!(!c.allow_observe_only);
+        assert_eq!(c.pmu, PmuChoice::Auto, "never a replay unless named");
+    }
+
+    #[test]
+    fn a_replay_pmu_is_named_with_its_file() {
+        let c = DaemonConfig::parse(Path::new("/vm/rocsd.toml"), "pmu = \"replay:t.replay\"\n")
+            .unwrap();
+        assert_eq!(c.pmu, PmuChoice::Replay("/vm/t.replay".into()));
+        assert_eq!(c.pmu.to_string(), "replay:/vm/t.replay");
+        let c = DaemonConfig::parse(Path::new("/vm/rocsd.toml"), "pmu = \"auto\"\n").unwrap();
+        assert_eq!(c.pmu, PmuChoice::Auto);
     }
 
     #[test]
@@ -497,6 +550,9 @@ scale = 0.5
             ),
             ("[geometry]\nline_size = 64\nways = 8\n", "rocsd.toml:1:1:"),
             ("socket_mode = 0o7777\n", "rocsd.toml:1:15:"),
+            ("\npmu = \"replay\"\n", "rocsd.toml:2:7:"),
+            ("pmu = \"replay:\"\n", "rocsd.toml:1:7:"),
+            ("pmu = \"ibs\"\n", "rocsd.toml:1:7:"),
             (
                 "[[sim.workload]]\nname = \"x\"\nscale = -1.0\n",
                 "rocsd.toml:3:9:",

@@ -13,6 +13,10 @@
 //! pollute_colours = 1
 //! ```
 //!
+//! A top-level `confine = ["[heap]", "[anon:stream]"]` names mappings (as the last column
+//! of /proc/PID/maps shows them, `*` and `?` globs) whose pages are confined from the start,
+//! without a search: a buffer known to pollute. Only private anonymous memory moves.
+//!
 //! Policies are tried in file-name order; the first that matches a process wins.
 
 use std::path::{Path, PathBuf};
@@ -189,6 +193,9 @@ pub struct Policy {
     pub matcher: Matcher,
     /// The policy's own knobs; overlay them on rocsd.toml's defaults to get a target's.
     pub knobs: KnobTable,
+    /// Mappings whose pages are confined by name, without a search (patterns of
+    /// /proc/PID/maps's pathname column).
+    pub confine: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -199,6 +206,7 @@ struct RawPolicy {
     matcher: Option<toml::Spanned<RawMatch>>,
     #[serde(default)]
     knobs: RawKnobs,
+    confine: Option<toml::Spanned<toml::Value>>,
 }
 
 #[derive(Deserialize)]
@@ -333,6 +341,18 @@ impl Policy {
             ));
         }
 
+        let confine = strings("confine", raw.confine)?;
+        for (m, loc) in &confine {
+            if !(m.starts_with('/') || m.starts_with('[') || m.starts_with('*')) {
+                return Err(ConfigError::at(
+                    loc.clone(),
+                    format!(
+                        "confine {m:?} is no mapping name: give a path (\"/opt/x/*\") or a \
+                         bracketed name as /proc/PID/maps shows it (\"[heap]\", \"[anon:NAME]\")"
+                    ),
+                ));
+            }
+        }
         let knobs = match raw.knobs.0 {
             Some(k) => {
                 let span = k.span();
@@ -345,6 +365,7 @@ impl Policy {
             file: file.to_path_buf(),
             matcher,
             knobs,
+            confine: confine.into_iter().map(|(m, _)| m).collect(),
         })
     }
 
@@ -506,6 +527,31 @@ pollute_colours = 2
         assert!(m.matches(&proc_("swim_ref", "/x/s", "0::/batch.slice\n")));
         assert!(!m.matches(&proc_("art", "/x/art", "0::/user.slice\n")));
         assert!(!m.matches(&proc_("gcc", "/x/gcc", "0::/batch.slice\n")));
+    }
+
+    #[test]
+    fn confine_names_mappings() {
+        let text = "confine = [\"[heap]\", \"[anon:stream*]\"]\n[match]\ncomm = \"x\"\n";
+        let p = Policy::parse(Path::new("p.toml"), text).unwrap();
+        assert_eq!(p.confine, vec!["[heap]", "[anon:stream*]"]);
+        let p = Policy::parse(Path::new("p.toml"), "[match]\ncomm = \"x\"\n").unwrap();
+        assert!(p.confine.is_empty());
+        for (text, at) in [
+            (
+                "confine = \"heap\"\n[match]\ncomm = \"x\"\n",
+                "p.toml:1:11:",
+            ),
+            ("confine = []\n[match]\ncomm = \"x\"\n", "p.toml:1:11:"),
+            ("\nconfine = 1\n[match]\ncomm = \"x\"\n", "p.toml:2:11:"),
+        ] {
+            let e = Policy::parse(Path::new("p.toml"), text)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.starts_with(at) && e.contains("confine"),
+                "{text:?} gave {e}"
+            );
+        }
     }
 
     #[test]

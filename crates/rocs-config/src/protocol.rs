@@ -48,6 +48,16 @@ pub enum Request {
     },
     /// Re-read the policy files.
     Reload,
+    /// Confine pages of a target by name, outside the search: the pages of the address
+    /// range `[start, end)`, or the `top` pages of its current miss-rate stack (exactly
+    /// one of the two).
+    Confine {
+        target: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        range: Option<[u64; 2]>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        top: Option<usize>,
+    },
 }
 
 impl Request {
@@ -59,6 +69,7 @@ impl Request {
                 | Request::Resume { .. }
                 | Request::Restore { .. }
                 | Request::Reload
+                | Request::Confine { .. }
         )
     }
 
@@ -73,6 +84,7 @@ impl Request {
             Request::Resume { .. } => "resume",
             Request::Restore { .. } => "restore",
             Request::Reload => "reload",
+            Request::Confine { .. } => "confine",
         }
     }
 }
@@ -175,6 +187,7 @@ pub fn parse_request(line: &[u8]) -> Result<Envelope, (Option<Value>, ErrorReply
     };
     const KNOWN: &[&str] = &[
         "status", "targets", "profile", "stack", "history", "pause", "resume", "restore", "reload",
+        "confine",
     ];
     if !KNOWN.contains(&name.as_str()) {
         let shown: String = name.chars().take(64).collect();
@@ -188,6 +201,7 @@ pub fn parse_request(line: &[u8]) -> Result<Envelope, (Option<Value>, ErrorReply
     let allowed: &[&str] = match name.as_str() {
         "profile" | "history" | "pause" | "resume" | "restore" => &["request", "target"],
         "stack" => &["request", "target", "limit"],
+        "confine" => &["request", "target", "range", "top"],
         _ => &["request"],
     };
     if let Some(extra) = obj.keys().find(|k| !allowed.contains(&k.as_str())) {
@@ -201,6 +215,17 @@ pub fn parse_request(line: &[u8]) -> Result<Envelope, (Option<Value>, ErrorReply
         );
     }
     match serde_json::from_value::<Request>(Value::Object(obj)) {
+        Ok(Request::Confine { range, top, .. }) if range.is_some() == top.is_some() => fail(
+            ErrorCode::BadRequest,
+            "confine: give either \"range\" [start, end] or \"top\" K".into(),
+        ),
+        Ok(Request::Confine {
+            range: Some([start, end]),
+            ..
+        }) if start >= end => fail(
+            ErrorCode::BadRequest,
+            format!("confine: range [{start:#x}, {end:#x}) is empty"),
+        ),
         Ok(request) => Ok(Envelope { id, request }),
         Err(e) => fail(ErrorCode::BadRequest, format!("{name}: {e}")),
     }
@@ -365,6 +390,10 @@ pub struct StackReply {
     /// How many from the top are confined now.
     pub k: usize,
     pub entries: Vec<rocs_core::StackEntry>,
+    /// Pages confined by name (`confine`, or a policy's mappings), outside the stack the
+    /// search ranks, by address.
+    #[serde(default)]
+    pub explicit: Vec<u64>,
 }
 
 /// One event of a target's history.
@@ -393,6 +422,18 @@ pub struct HistoryReply {
 pub struct ActionReply {
     pub action: String,
     pub targets: Vec<u32>,
+}
+
+/// `confine`: what naming the pages did.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConfineReply {
+    pub target: u32,
+    /// Pages the request named.
+    pub pages: usize,
+    /// Of those, how many are confined now.
+    pub confined: usize,
+    /// Pages of the target confined by name in all.
+    pub explicit: usize,
 }
 
 /// `reload`.
@@ -431,6 +472,16 @@ mod tests {
             },
             Request::Restore { target: None },
             Request::Reload,
+            Request::Confine {
+                target: "12".into(),
+                range: Some([0x1000, 0x3000]),
+                top: None,
+            },
+            Request::Confine {
+                target: "art".into(),
+                range: None,
+                top: Some(64),
+            },
         ];
         for (i, r) in all.into_iter().enumerate() {
             let line = encode_request(i as u64, &r);
@@ -467,6 +518,21 @@ mod tests {
             "x".repeat(MAX_REQUEST_LINE)
         );
         assert_eq!(code(&long), ErrorCode::TooLong);
+        for confine in [
+            r#"{"v":1,"request":"confine","target":"1"}"#,
+            r#"{"v":1,"request":"confine","target":"1","top":3,"range":[0,4096]}"#,
+            r#"{"v":1,"request":"confine","target":"1","range":[8192,4096]}"#,
+            r#"{"v":1,"request":"confine","target":"1","range":[1]}"#,
+            r#"{"v":1,"request":"confine","target":"1","pages":[1]}"#,
+        ] {
+            assert_eq!(code(confine), ErrorCode::BadRequest, "{confine}");
+        }
+        let confine = Request::Confine {
+            target: "1".into(),
+            range: None,
+            top: Some(1),
+        };
+        assert!(confine.changes_state(), "root only");
         // The id comes back even when the request is wrong.
         let (id, _) = parse_request(br#"{"v":1,"id":"a","request":"nope"}"#).unwrap_err();
         assert_eq!(id, Some(Value::from("a")));

@@ -808,3 +808,61 @@ proptest! {
         d.confined_is_top_k();
     }
 }
+
+#[test]
+fn named_pages_are_confined_at_once_kept_out_of_the_search_and_restored() {
+    let mut d = Driver::new(knobs(SearchMode::Adaptive), World::new(art_like(), 0.0, 7));
+    // The operator names 100 pages of the streamed region (and one twice) before any
+    // profile: they move now, in one migration.
+    let named: Vec<VirtPage> = (1000..1100).chain([1000]).map(VirtPage).collect();
+    let before = d.migrate_actions;
+    let a = d.ctrl.on(Observation::Command(Command::Confine {
+        pages: named.clone(),
+    }));
+    d.handle(a);
+    assert_eq!(d.migrate_actions, before + 1);
+    assert_eq!(d.ctrl.explicit().len(), 100);
+    assert!((1000..1100).all(|p| d.world.confined.contains(&p)));
+
+    d.run_until_steady(300);
+    // The search ranked the other pages only, and moved none of the named ones back.
+    let stack: HashSet<VirtPage> = d.ctrl.stack().top(usize::MAX).collect();
+    assert!(named.iter().all(|p| !stack.contains(p)));
+    assert!(!stack.is_empty());
+    assert_eq!(d.ctrl.explicit().len(), 100);
+    assert!((1000..1100).all(|p| d.world.confined.contains(&p)));
+    assert!(d.ctrl.confined().len() > 100, "the search confined more");
+
+    // Naming pages that are already confined only marks them.
+    let searched = *d.ctrl.confined().iter().find(|p| p.0 >= 1100).unwrap();
+    let before = d.migrate_actions;
+    let a = d.ctrl.on(Observation::Command(Command::Confine {
+        pages: vec![searched],
+    }));
+    d.handle(a);
+    assert_eq!(d.migrate_actions, before);
+    assert!(d.ctrl.explicit().contains(&searched));
+
+    // Restored like the others.
+    let a = d.ctrl.on(Observation::Command(Command::RestoreAll));
+    d.handle(a);
+    for _ in 0..20 {
+        d.window();
+    }
+    assert!(d.ctrl.confined().is_empty() && d.ctrl.explicit().is_empty());
+    assert!(d.world.confined.is_empty());
+}
+
+#[test]
+fn a_dry_run_never_confines_named_pages() {
+    let k = Knobs {
+        dry_run: true,
+        ..Knobs::default()
+    };
+    let mut ctrl = Controller::new(PID, k, SHIFT, 16).unwrap();
+    let a = ctrl.on(Observation::Command(Command::Confine {
+        pages: vec![VirtPage(1)],
+    }));
+    assert!(a.is_empty());
+    assert!(ctrl.explicit().is_empty());
+}

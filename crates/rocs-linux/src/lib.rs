@@ -17,6 +17,7 @@ pub mod platform;
 pub mod pmu;
 pub mod procs;
 pub mod record;
+pub mod replay;
 pub mod ring;
 pub mod sampler;
 pub mod shim;
@@ -32,4 +33,5 @@ pub use plan::{
 };
 pub use platform::{domain_of, llc_domains, process_cpus, LinuxPlatform, LinuxPlatformError};
 pub use pmu::{PmuDevice, PmuInventory};
+pub use replay::{ReplayError, ReplayPmu, ReplayScript};
 pub use sampler::{LinuxSampler, SamplerError, SamplingStats};

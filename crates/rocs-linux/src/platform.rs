@@ -1,6 +1,6 @@
 //! The real machine as rocs-core's platform: [`LinuxPlatform`] samples and counts its
-//! targets through perf events and moves their pages through the kernel shim, the twin of
-//! `rocs_sim::Machine`. And the machine's LLC domains: the sets of CPUs that share one
+//! targets through perf events (or, when asked by name, a [`ReplayPmu`]'s script) and moves
+//! their pages through the kernel shim, the twin of `rocs_sim::Machine`. And the machine's LLC domains: the sets of CPUs that share one
 //! last-level cache (a socket, an AMD CCX), so that one engine serves each.
 
 use std::collections::BTreeSet;
@@ -14,6 +14,7 @@ use rocs_core::{
 
 use crate::counters::CounterEvents;
 use crate::geometry::parse_cpu_list;
+use crate::replay::ReplayPmu;
 use crate::shim::{ShimClient, ShimError};
 use crate::{CountersError, EventPlan, LinuxCounters, LinuxSampler, SamplerError};
 
@@ -30,11 +31,21 @@ pub enum LinuxPlatformError {
     NoShim,
 }
 
-/// The targets of one LLC domain on this machine: their sampler and counters (their perf
-/// events close when this is dropped) and the shim, which every domain shares.
+/// Where samples and counters come from.
+enum Pmu {
+    /// perf events (their events close when this is dropped).
+    Perf {
+        sampler: LinuxSampler,
+        counters: LinuxCounters,
+    },
+    /// A script, chosen by name for machines without a PMU (tests).
+    Replay(ReplayPmu),
+}
+
+/// The targets of one LLC domain on this machine: their sampler and counters, and the shim,
+/// which every domain shares.
 pub struct LinuxPlatform {
-    sampler: LinuxSampler,
-    counters: LinuxCounters,
+    pmu: Pmu,
     shim: Option<Arc<Mutex<ShimClient>>>,
 }
 
@@ -44,11 +55,17 @@ impl LinuxPlatform {
         counter_events: CounterEvents,
         shim: Option<Arc<Mutex<ShimClient>>>,
     ) -> Self {
-        LinuxPlatform {
+        let pmu = Pmu::Perf {
             sampler: LinuxSampler::new(plan),
             counters: LinuxCounters::new(counter_events),
-            shim,
-        }
+        };
+        LinuxPlatform { pmu, shim }
+    }
+
+    /// Samples and counters from `replay`'s script; pages move through the real shim.
+    pub fn with_replay(replay: ReplayPmu, shim: Option<Arc<Mutex<ShimClient>>>) -> Self {
+        let pmu = Pmu::Replay(replay);
+        LinuxPlatform { pmu, shim }
     }
 
     fn shim(&self) -> Result<std::sync::MutexGuard<'_, ShimClient>, LinuxPlatformError> {
@@ -62,27 +79,44 @@ impl LinuxPlatform {
 
     /// Stop counting `pid` (its events close); a later read starts again.
     pub fn forget(&mut self, pid: Pid) {
-        self.counters.forget(pid);
+        match &mut self.pmu {
+            Pmu::Perf { counters, .. } => counters.forget(pid),
+            Pmu::Replay(replay) => replay.forget(pid),
+        }
     }
 }
 
 impl Sampler for LinuxPlatform {
     type Error = LinuxPlatformError;
     fn start(&mut self, pid: Pid, plan: &SamplingPlan) -> Result<(), Self::Error> {
-        Ok(self.sampler.start(pid, plan)?)
+        match &mut self.pmu {
+            Pmu::Perf { sampler, .. } => sampler.start(pid, plan)?,
+            Pmu::Replay(replay) => replay.start(pid),
+        }
+        Ok(())
     }
     fn stop(&mut self, pid: Pid) -> Result<(), Self::Error> {
-        Ok(self.sampler.stop(pid)?)
+        match &mut self.pmu {
+            Pmu::Perf { sampler, .. } => sampler.stop(pid)?,
+            Pmu::Replay(replay) => replay.stop(pid),
+        }
+        Ok(())
     }
     fn drain(&mut self, pid: Pid, out: &mut Vec<MemSample>) -> Result<SampleLoss, Self::Error> {
-        Ok(self.sampler.drain(pid, out)?)
+        Ok(match &mut self.pmu {
+            Pmu::Perf { sampler, .. } => sampler.drain(pid, out)?,
+            Pmu::Replay(replay) => replay.drain(pid, out),
+        })
     }
 }
 
 impl Counters for LinuxPlatform {
     type Error = LinuxPlatformError;
     fn read(&mut self, pid: Pid) -> Result<CounterDelta, Self::Error> {
-        Ok(self.counters.read(pid)?)
+        Ok(match &mut self.pmu {
+            Pmu::Perf { counters, .. } => counters.read(pid)?,
+            Pmu::Replay(replay) => replay.read(pid),
+        })
     }
 }
 

@@ -1316,6 +1316,72 @@ static void stash_settle(void)
 	}
 }
 
+/*
+ * rocsd's own pattern: a search moves one step of pages to the pollute buffer per window
+ * (at most its page budget), and rocsd keeps the stash PREFILLed to one such step
+ * (pool_limit = 2 x the page budget: half of it for the pollute colours). DAEMON_STEPS steps
+ * of DAEMON_STEP pages, a window apart, against move_pages(2) of the same batches between
+ * the nodes, a window apart too; the medians of the per-step rates are compared.
+ */
+#define DAEMON_STEP 1024
+#define DAEMON_STEPS 8
+#define DAEMON_WINDOW_US 100000
+
+static int cmp_double(const void *a, const void *b);
+static double median(double *v, int n);
+
+static void daemon_pattern(void)
+{
+	static void *pages[DAEMON_STEP * DAEMON_STEPS];
+	static int nodes[DAEMON_STEP * DAEMON_STEPS], nstatus[DAEMON_STEP * DAEMON_STEPS];
+	const size_t n = DAEMON_STEP * DAEMON_STEPS;
+	uint64_t *p = anon_pages(n, 0xd0), *q = anon_pages(n, 0xd1);
+	uint64_t *addrs = addrs_of(q, n), moved;
+	int32_t *status = malloc(DAEMON_STEP * sizeof(*status));
+	double t, r_shim[DAEMON_STEPS], r_move[DAEMON_STEPS], m_shim, m_move;
+	size_t i;
+	int s;
+
+	CHECK(p && q && addrs && status, "setup");
+	for (i = 0; i < n; i++) {
+		pages[i] = (char *)p + i * PAGE;
+		nodes[i] = 0;
+	}
+	CHECK(syscall(SYS_move_pages, 0, n, pages, nodes, nstatus, 2) == 0,
+	      "move_pages to node 0: %s", strerror(errno));
+	for (i = 0; i < n; i++)
+		nodes[i] = 1;
+	CHECK(raw_config(COLOURS, ROCS_SHIM_CONFIG_PREFILL, 2 * DAEMON_STEP, POLLUTE_MASK, 0) == 0,
+	      "CONFIGURE with PREFILL");
+	stash_settle();
+	for (s = 0; s < DAEMON_STEPS; s++) {
+		size_t first = (size_t)s * DAEMON_STEP;
+
+		t = now();
+		CHECK(shim_pages(shim, 0, addrs + first, DAEMON_STEP, ROCS_SHIM_POLLUTE, status,
+				 &moved) == 0, "MIGRATE step %d", s);
+		r_shim[s] = moved / (now() - t);
+		CHECK(moved >= DAEMON_STEP / 2, "step %d moved %llu", s, (unsigned long long)moved);
+		usleep(DAEMON_WINDOW_US);
+		t = now();
+		CHECK(syscall(SYS_move_pages, 0, DAEMON_STEP, pages + first, nodes + first,
+			      nstatus + first, 2) == 0, "move_pages step %d: %s", s, strerror(errno));
+		r_move[s] = DAEMON_STEP / (now() - t);
+		usleep(DAEMON_WINDOW_US);
+	}
+	CHECK(pattern_broken(p, n, 0xd0) < 0 && pattern_broken(q, n, 0xd1) < 0, "data changed");
+	m_shim = median(r_shim, DAEMON_STEPS);
+	m_move = median(r_move, DAEMON_STEPS);
+	printf("# throughput: rocsd's pattern (steps of %d pages to Pollute a %d ms window apart, "
+	       "the stash PREFILLed to one step): MIGRATE %.0f pages/s, move_pages(2) %.0f pages/s, "
+	       "ratio %.2f (medians of %d steps)\n",
+	       DAEMON_STEP, DAEMON_WINDOW_US / 1000, m_shim, m_move, m_shim / m_move, DAEMON_STEPS);
+	munmap(p, n * PAGE);
+	munmap(q, n * PAGE);
+	free(addrs);
+	free(status);
+}
+
 static void test_throughput_inner(void);
 
 static void test_throughput(void)
@@ -1371,6 +1437,9 @@ static void test_throughput_inner(void)
 	CHECK(n_cold >= BENCH_PAGES / 2, "cold pass moved %llu", (unsigned long long)n_cold);
 	CHECK(shim_pages(shim, 0, addrs, BENCH_PAGES, ROCS_SHIM_RESTORE, status, &moved) == 0,
 	      "MIGRATE");
+	daemon_pattern();
+	if (failure[0])
+		return;
 
 	/* The stash as the daemon keeps it: the pollute colours' share (half of POOL_LIMIT =
 	 * BENCH_PAGES frames per node) filled, and topped up in the background between

@@ -34,6 +34,11 @@ pub(crate) struct PageLedger {
     /// Ordinary pages found in the pollute colours (the allocator put them there); moved
     /// out when a search confines anything.
     squatters: BTreeSet<VirtPage>,
+    /// Confined pages that were named ([`super::Command::Confine`]): a subset of
+    /// `confined` that no placement of the search moves.
+    explicit: BTreeSet<VirtPage>,
+    /// Named pages being moved to the buffer by the migration in flight.
+    naming: HashSet<VirtPage>,
     /// Squatters we moved out; they go back when the search settles on k = 0.
     evicted: BTreeSet<VirtPage>,
     /// Evicted squatters being moved back by the migration in flight.
@@ -53,6 +58,8 @@ impl PageLedger {
         PageLedger {
             confined: BTreeSet::new(),
             squatters: BTreeSet::new(),
+            explicit: BTreeSet::new(),
+            naming: HashSet::new(),
             evicted: BTreeSet::new(),
             rehoming: HashSet::new(),
             failed: HashSet::new(),
@@ -68,6 +75,37 @@ impl PageLedger {
 
     pub fn squatters(&self) -> &BTreeSet<VirtPage> {
         &self.squatters
+    }
+
+    pub fn explicit(&self) -> &BTreeSet<VirtPage> {
+        &self.explicit
+    }
+
+    /// Confine `pages` by name: those already in the buffer are only marked, the others
+    /// move at once (outside the window's budget: the operator asked for exactly these),
+    /// failed ones included.
+    pub fn confine_explicitly(&mut self, pages: Vec<VirtPage>) -> Option<Action> {
+        let mut moving = BTreeSet::new();
+        for page in pages {
+            if self.squatters.remove(&page) {
+                self.confined.insert(page);
+            }
+            if self.confined.contains(&page) {
+                self.explicit.insert(page);
+            } else {
+                self.failed.remove(&page);
+                moving.insert(page);
+            }
+        }
+        if moving.is_empty() {
+            return None;
+        }
+        self.naming.extend(moving.iter().copied());
+        self.in_flight += 1;
+        Some(Action::Migrate {
+            pages: moving.into_iter().collect(),
+            to: Placement::Pollute,
+        })
     }
 
     /// Reports still to come (a window that ends with one outstanding has an unknown
@@ -106,6 +144,7 @@ impl PageLedger {
             if let Ok(colour) = result {
                 if !pollute.contains(colour) {
                     self.confined.remove(page);
+                    self.explicit.remove(page);
                     self.squatters.remove(page);
                 } else if !self.confined.contains(page) {
                     self.squatters.insert(*page);
@@ -148,6 +187,7 @@ impl PageLedger {
             .filter(|p| seen(p))
             .chain(self.squatters.iter().filter(|_| k > 0))
             .filter(|p| !target.contains(p) && !self.failed.contains(p))
+            .filter(|p| !self.explicit.contains(p))
             .copied()
             .collect();
         let rehome: Vec<VirtPage> = if k == 0 {
@@ -201,7 +241,13 @@ impl PageLedger {
         for (i, &page) in report.pages.iter().enumerate() {
             // A missing result means the page was not moved.
             let result = report.results.get(i).copied().unwrap_or(Err(Errno::EINVAL));
+            let named = self.naming.remove(&page);
             match (report.to, result) {
+                (Placement::Pollute, Ok(_)) if named => {
+                    self.confined.insert(page);
+                    self.explicit.insert(page);
+                    moved += 1;
+                }
                 (Placement::Pollute, Ok(_)) => {
                     if self.rehoming.remove(&page) {
                         self.evicted.remove(&page);
@@ -213,6 +259,7 @@ impl PageLedger {
                 }
                 (Placement::Restore, Ok(_)) => {
                     self.confined.remove(&page);
+                    self.explicit.remove(&page);
                     if self.squatters.remove(&page) {
                         self.evicted.insert(page);
                     }
@@ -225,6 +272,7 @@ impl PageLedger {
                     // A page that no longer exists is in no buffer.
                     if to == Placement::Restore && matches!(errno, Errno::ENOENT | Errno::EFAULT) {
                         self.confined.remove(&page);
+                        self.explicit.remove(&page);
                         self.squatters.remove(&page);
                     }
                 }

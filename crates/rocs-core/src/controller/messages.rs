@@ -39,7 +39,7 @@ impl std::fmt::Display for State {
 }
 
 /// What the operator asks for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Command {
     /// Stop sampling and searching; keep pages where they are.
@@ -48,6 +48,10 @@ pub enum Command {
     Resume,
     /// Move every confined page back (within the page budget per window) and pause.
     RestoreAll,
+    /// Confine these pages now, whatever the search says, and keep them confined (the
+    /// operator, or a policy naming mappings, knows them to pollute): they stay out of the
+    /// search and are restored like the others. Ignored in dry run.
+    Confine { pages: Vec<VirtPage> },
 }
 
 /// Whether this controller may start a profile (and the search that follows it). Targets

@@ -191,6 +191,11 @@ impl Controller {
         self.pages.confined()
     }
 
+    /// Confined pages that were named ([`Command::Confine`]): outside the search.
+    pub fn explicit(&self) -> &BTreeSet<VirtPage> {
+        self.pages.explicit()
+    }
+
     /// Ordinary pages found in the pollute colours, not put there by rocs (they are moved
     /// out when a search confines anything, and left alone at k = 0).
     pub fn squatters(&self) -> &BTreeSet<VirtPage> {
@@ -490,6 +495,13 @@ impl Controller {
                 // New pages may be retried now: the operator wants everything back.
                 self.pages.forget_failures();
                 self.restore_batch(out);
+            }
+            Command::Confine { pages } if !self.knobs.dry_run => {
+                if let Some(migrate) = self.pages.confine_explicitly(pages) {
+                    // The move is no part of any placement the search measures.
+                    self.skip_window = true;
+                    out.push(migrate);
+                }
             }
             _ => {}
         }

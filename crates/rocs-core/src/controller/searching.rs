@@ -9,7 +9,7 @@ use super::{Controller, Stage};
 use crate::knobs::SearchMode;
 use crate::regions::{build_stack, RegionParams};
 use crate::search::{Next, Search};
-use crate::{CounterDelta, VirtPage};
+use crate::{CounterDelta, MissRateStack, VirtPage};
 
 /// Windows measured, and averaged, at each placement of a search judged by an LLC group.
 const GROUP_MEASURE_WINDOWS: usize = 2;
@@ -79,6 +79,13 @@ impl Controller {
             max_gap: self.knobs.region_max_gap,
         };
         self.build = build_stack(&self.profile, &params);
+        // Pages confined by name stay where they are: the search ranks the others.
+        let explicit = self.pages.explicit();
+        if !explicit.is_empty() {
+            let entries = self.build.stack.entries().iter();
+            let kept = entries.filter(|e| !explicit.contains(&e.page)).copied();
+            self.build.stack = MissRateStack::from_entries(kept.collect());
+        }
         let n = self.build.stack.len();
         let profiled = EventKind::Profiled {
             pages_profiled: self.profile.len(),

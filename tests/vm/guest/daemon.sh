@@ -1,0 +1,277 @@
+#!/bin/sh
+# The daemon half of the VM suite: the real rocsd (--platform linux, samples and counters
+# from the replay PMU, the kernel shim loaded) finds our own target programs by policy,
+# profiles, searches and moves their pages, and every placement is checked independently
+# with pagemap (rocstarget colours). Run by the guest's init after shimtest; one line per
+# scenario, "ok - daemon-NAME" or "not ok - daemon-NAME: why", lines starting with "# " are
+# information. Needs /rocs_shim.ko, /rocsd, /rocsctl, /rocstarget, /rocsheap (the same
+# program under another name) and /vm/ (rocsd.toml, policy.d/, target.replay).
+
+COLOURS=16
+MASK=3 # pollute colours 0 and 1, as rocsd.toml's [knobs] say
+SOCK=/run/rocs/rocsd.sock
+CTL=/rocsctl # its default socket is rocsd.toml's
+LOG=/tmp/rocsd.log
+HOT_FIRST=$((0x100000000 / 4096)) # the first of the 32 pages mapped from /dev/zero
+REUSE=0x100100000                  # the region the replay script says is reused
+
+echo "ROCS-DAEMON-PLAN 15"
+started=$(date +%s)
+FAILED=0
+ok() { echo "ok - daemon-$1"; }
+not_ok() {
+    echo "not ok - daemon-$1: $2"
+    FAILED=1
+}
+
+# until SECONDS CMD...: run CMD every 0.1 s until it succeeds; false after SECONDS.
+until_ok() {
+    n=$(($1 * 10))
+    shift
+    while [ "$n" -gt 0 ]; do
+        "$@" >/dev/null 2>&1 && return 0
+        usleep 100000
+        n=$((n - 1))
+    done
+    return 1
+}
+
+rocsd_start() {
+    rm -f "$SOCK"
+    (cd /vm && exec /rocsd --platform linux --config /vm/rocsd.toml >>"$LOG" 2>&1) &
+    ROCSD=$!
+    until_ok 20 test -S "$SOCK"
+}
+
+# rocsd_stop: SIGTERM, and its exit status.
+rocsd_stop() {
+    kill -TERM "$ROCSD" 2>/dev/null
+    wait "$ROCSD"
+}
+
+# A target program started in the background: TARGET (its pid) and its output in $1.
+target_start() {
+    out=$1
+    shift
+    "$@" >"$out" 2>&1 &
+    TARGET=$!
+    until_ok 20 grep -q ready "$out"
+}
+
+state_of() { $CTL targets | awk -v p="$1" '$1 == p { print $4 }'; }
+confined_of() { $CTL targets | awk -v p="$1" '$1 == p { print $8 }'; }
+is_state() { [ "$(state_of "$1")" = "$2" ]; }
+no_confined() { [ "$(confined_of "$1")" = 0 ]; }
+listed() { $CTL targets | awk -v p="$1" '$1 == p { f = 1 } END { exit !f }'; }
+history_has() { $CTL history "$1" | grep -q "$2"; }
+# logged SECONDS PATTERN: wait for rocsd's log to say it (the waits watch the log: a rocsctl
+# call costs seconds in a TCG guest; the checks then ask rocsctl once).
+logged() { until_ok "$1" grep -q "$2" "$LOG"; }
+
+# stack_json PID: the whole stack as JSON in /tmp/stack.json.
+stack_json() { $CTL stack "$1" --limit 0 --json >/tmp/stack.json; }
+# The pages (decimal page numbers) of /tmp/stack.json: the confined top k, the entries, the
+# pages confined by name.
+stack_k() { sed -n 's/^  "k": \([0-9]*\),*$/\1/p' /tmp/stack.json; }
+stack_entries() { sed -n 's/^ *"page": \([0-9]*\),*$/\1/p' /tmp/stack.json; }
+stack_top() { stack_entries | head -n "$(stack_k)"; }
+stack_named() {
+    awk '/"explicit": \[\]/ { next } /"explicit": \[/ { on = 1; next }
+         on && /\]/ { on = 0 } on { gsub(/[ ,]/, ""); print }' /tmp/stack.json
+}
+# colours PID < pages: "pages N pollute P other O absent A" from pagemap.
+colours() { /rocstarget colours "$1" $COLOURS $MASK; }
+field() { echo "$1" | awk -v k="$2" '{ for (i = 1; i < NF; i++) if ($i == k) print $(i + 1) }'; }
+# all_pollute "$(colours ...)": every page present and on a pollute colour.
+all_pollute() { [ "$(field "$1" pages)" -gt 0 ] && [ "$(field "$1" pollute)" = "$(field "$1" pages)" ]; }
+none_pollute() { [ "$(field "$1" pages)" -gt 0 ] && [ "$(field "$1" pollute)" = 0 ]; }
+free_kb() { awk '/^MemFree:/ { print $2 }' /proc/meminfo; }
+stash_frames() { /rocstarget stats | awk '{ print $2 }'; }
+stash_settled() { # the background fill is done: the same size twice, 0.5 s apart
+    a=$(stash_frames)
+    usleep 500000
+    [ "$a" -gt 0 ] && [ "$a" = "$(stash_frames)" ]
+}
+
+mkdir -p /run/rocs /etc
+echo "root:x:0:0:root:/:/bin/sh" >/etc/passwd
+echo "member:x:1000:1000:rocs reader:/:/bin/sh" >>/etc/passwd
+printf 'root:x:0:\nrocs:x:1000:member\n' >/etc/group
+insmod /rocs_shim.ko
+# The guest has two NUMA nodes, and automatic NUMA balancing would move the target's pages
+# to the node of the thread touching them, onto frames of any colour (kmod-shim/README.md,
+# Limits): off, as on any machine where rocs confines pages.
+echo 0 >/proc/sys/kernel/numa_balancing
+
+# --- 1. found by policy, profiled, searched, confined; restored; no write lost -----------
+rocsd_start || not_ok start "rocsd did not serve $SOCK; its log: $(tail -n 5 $LOG)"
+target_start /tmp/t1.out /rocstarget run
+T1=$TARGET
+logged 20 "attached under policy 10-target pid=$T1 "
+if $CTL targets | grep -q "^ *$T1  rocstarget *10-target"; then
+    ok found
+else
+    not_ok found "pid $T1 not attached under policy 10-target: $($CTL targets)"
+fi
+logged 30 "profile: .* samples over .* pid=$T1 "
+if history_has "$T1" "samples over" && stack_json "$T1" && [ "$(stack_entries | wc -l)" = 512 ]; then
+    ok profiled
+else
+    not_ok profiled "no profile of the 512 sampled pages: $($CTL history "$T1" | tail -n 3)"
+fi
+logged 60 "search -> steady: .* pid=$T1 "
+if is_state "$T1" steady && history_has "$T1" "chose k = 64 "; then
+    ok searched
+else
+    not_ok searched "state $(state_of "$T1"): $($CTL history "$T1" | tail -n 4)"
+fi
+stack_json "$T1"
+stack_top >/tmp/t1.pages
+placed=$(colours "$T1" </tmp/t1.pages)
+echo "# search: k = $(stack_k), $placed"
+if [ "$(stack_k)" = 64 ] && all_pollute "$placed"; then
+    ok confined
+else
+    not_ok confined "k = $(stack_k), pagemap of the confined pages: $placed"
+fi
+$CTL restore "$T1" >/dev/null
+logged 20 "every confined page is back pid=$T1 "
+placed=$(colours "$T1" </tmp/t1.pages)
+if no_confined "$T1" && none_pollute "$placed"; then
+    ok restore
+else
+    not_ok restore "confined $(confined_of "$T1"), pagemap of the pages confined before: $placed"
+fi
+kill -TERM "$T1"
+wait "$T1"
+rc=$?
+if [ "$rc" = 0 ] && grep -q " 0 lost" /tmp/t1.out; then
+    ok writes-kept
+else
+    not_ok writes-kept "the target exited $rc: $(cat /tmp/t1.out)"
+fi
+
+# --- 2. confinement by name: a policy's mappings, a range, the top of the stack; SIGTERM --
+target_start /tmp/t2.out /rocsheap run --heap 64
+T2=$TARGET
+heap=$(sed -n 's/^rocstarget: heap 0x\([0-9a-f]*\)-.*/\1/p' /tmp/t2.out)
+named_has_heap() {
+    stack_json "$T2"
+    first=$(printf '%d' "0x$heap")
+    [ "$(stack_named | awk -v a=$((first / 4096)) '$1 >= a && $1 < a + 64' | wc -l)" = 64 ] &&
+        [ "$(stack_named | awk -v a=$HOT_FIRST '$1 >= a && $1 < a + 32' | wc -l)" = 32 ]
+}
+logged 20 "policy mappings .* pid=$T2"
+until_ok 10 named_has_heap
+placed=$(stack_named | colours "$T2")
+if named_has_heap && all_pollute "$placed"; then
+    ok confine-policy
+else
+    not_ok confine-policy "heap at 0x$heap; pages confined by name: $(stack_named | wc -l), $placed"
+fi
+logged 60 "search -> steady: .* pid=$T2 "
+stack_json "$T2"
+hot_ranked=$(stack_entries | awk -v a=$HOT_FIRST '$1 >= a && $1 < a + 32' | wc -l)
+placed=$( (stack_top; stack_named) | colours "$T2")
+if is_state "$T2" steady && [ "$hot_ranked" = 0 ] && [ "$(stack_entries | wc -l)" = 480 ] &&
+    all_pollute "$placed"; then
+    ok confine-outside-search
+else
+    not_ok confine-outside-search "state $(state_of "$T2"), $(stack_entries | wc -l) pages ranked ($hot_ranked named ones), $placed"
+fi
+reply=$($CTL confine "$T2" --range $REUSE-0x100110000)
+stack_json "$T2"
+placed=$(seq $((REUSE / 4096)) $((REUSE / 4096 + 15)) | colours "$T2")
+if echo "$reply" | grep -q "16 of 16 named pages confined" && all_pollute "$placed" &&
+    [ "$(stack_named | awk -v a=$((REUSE / 4096)) '$1 >= a && $1 < a + 16' | wc -l)" = 16 ]; then
+    ok confine-range
+else
+    not_ok confine-range "$reply; $placed"
+fi
+stack_entries | head -n 8 >/tmp/t2.top
+reply=$($CTL confine "$T2" --top 8)
+placed=$(colours "$T2" </tmp/t2.top)
+if echo "$reply" | grep -q "8 of 8 named pages confined" && all_pollute "$placed"; then
+    ok confine-top
+else
+    not_ok confine-top "$reply; $placed"
+fi
+# Group rocs may read, not change.
+as_member() { /rocstarget as 1000 1000 "$@"; }
+if as_member $CTL targets | grep -q rocsheap &&
+    ! as_member $CTL confine "$T2" --top 1 >/tmp/member.out 2>&1 &&
+    grep -qi "permission\|root" /tmp/member.out; then
+    ok confine-root-only
+else
+    not_ok confine-root-only "a member of group rocs: $(cat /tmp/member.out)"
+fi
+stack_json "$T2"
+(stack_top; stack_named) >/tmp/t2.pages
+rocsd_stop
+rc=$?
+placed=$(colours "$T2" </tmp/t2.pages)
+echo "# SIGTERM: rocsd exited $rc; the $(wc -l </tmp/t2.pages) pages it had confined: $placed"
+if [ "$rc" = 0 ] && none_pollute "$placed"; then
+    ok sigterm-restore
+else
+    not_ok sigterm-restore "rocsd exited $rc; pagemap of the confined pages: $placed"
+fi
+kill -TERM "$T2"
+wait "$T2"
+rc=$?
+if [ "$rc" = 0 ] && grep -q " 0 lost" /tmp/t2.out; then
+    ok writes-kept-named
+else
+    not_ok writes-kept-named "the target exited $rc: $(cat /tmp/t2.out)"
+fi
+
+# --- 3. a target that exits mid-search: released, nothing held ---------------------------
+rocsd_start
+until_ok 60 stash_settled
+before=$(($(free_kb) + $(stash_frames) * 4))
+target_start /tmp/t3.out /rocstarget run
+T3=$TARGET
+# Its log says when the search starts (quicker to watch than asking rocsctl).
+until_ok 30 grep -q "profile -> search: .* pid=$T3 " "$LOG"
+kill -TERM "$T3"
+wait "$T3"
+logged 10 "the target exited pid=$T3 "
+grep -q "search -> exited: the target exited pid=$T3 " "$LOG" && was=search || was=other
+until_ok 60 stash_settled
+after=$(($(free_kb) + $(stash_frames) * 4))
+stats=$(/rocstarget stats)
+echo "# exit mid-search: free + stash $before -> $after kB; shim $stats"
+if [ "$was" = search ] && ! listed "$T3" && kill -0 "$ROCSD" &&
+    [ "$(field "$stats" pool)" = "$(field "$stats" held)" ] &&
+    [ "$after" -ge $((before - 4096)) ]; then
+    ok exit-mid-search
+else
+    not_ok exit-mid-search "it exited in the search: $was; free + stash $before -> $after kB; $stats"
+fi
+rocsd_stop
+
+# --- 4. without the shim: said once, profiling goes on ------------------------------------
+rmmod rocs_shim
+: >"$LOG.noshim"
+LOG=$LOG.noshim
+rocsd_start
+target_start /tmp/t4.out /rocstarget run
+T4=$TARGET
+logged 60 "dry run: stack of .* pid=$T4 "
+said=$(grep -c "kernel shim cannot be used" "$LOG")
+if history_has "$T4" "dry run" && history_has "$T4" "samples over" && [ "$said" = 1 ] &&
+    [ "$(confined_of "$T4")" = 0 ]; then
+    ok no-shim
+else
+    not_ok no-shim "said $said times; $($CTL history "$T4" | tail -n 3)"
+fi
+kill -TERM "$T4"
+wait "$T4"
+rocsd_stop
+echo "# the daemon scenarios took $(($(date +%s) - started)) s"
+if [ "$FAILED" = 1 ]; then
+    for f in /tmp/rocsd.log "$LOG"; do
+        echo "# the end of rocsd's log $f:"
+        tail -n 25 "$f" | sed 's/^/#   /'
+    done
+fi
