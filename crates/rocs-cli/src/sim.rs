@@ -1,5 +1,5 @@
 //! `rocsctl sim`: the simulated machine. List what is built in, run a workload in one or
-//! more modes, replay a valgrind lackey trace.
+//! more modes, replay, record or convert a real program's trace (`trace`).
 //!
 //! Each mode is one function returning a serializable [`ModeReport`]; adding a mode is
 //! adding a variant to [`Mode`] and a branch in [`run_mode`].
@@ -13,10 +13,14 @@ use clap::{Args, Subcommand, ValueEnum};
 use rocs_core::SearchMode;
 use rocs_sim::closed_loop::{self, Comparison, LoopConfig, Modes, OracleRun, RocsRun};
 use rocs_sim::{
-    builtin_machines, builtin_workloads, Machine, MachineProfile, RunStats, Scale, SimError,
-    TraceFormat, TraceInput, TraceSpec, Workload,
+    builtin_machines, builtin_workloads, Machine, MachineProfile, RunStats, Scale, Workload,
 };
 use serde::Serialize;
+
+mod progress;
+mod trace;
+
+use progress::Steps;
 
 #[derive(Subcommand)]
 pub enum SimCommand {
@@ -27,8 +31,10 @@ pub enum SimCommand {
     },
     /// Run a workload on a simulated machine.
     Run(RunArgs),
-    /// Replay a memory trace (valgrind lackey --trace-mem=yes) on a simulated machine.
-    Trace(TraceArgs),
+    /// Replay a real program's memory trace (valgrind lackey --trace-mem=yes, or rocs's binary
+    /// format) on a simulated machine, record one (--record -- PROGRAM ARGS...), or convert
+    /// one to the binary format (`sim trace convert IN OUT`).
+    Trace(trace::TraceCommand),
     /// Evaluate rocs like the ROCS paper: every workload of a suite, on ppc970fx and
     /// xeon-like, baseline / rocs (adaptive and linear search) / oracle. Writes a Markdown
     /// table and SVG charts.
@@ -145,8 +151,10 @@ pub enum Mode {
     /// rocs's controller online (the baseline runs too: it sets the window and the
     /// speedup).
     Rocs,
-    /// The best offline k for rocs's profile (ROCS's Best Offline; runs baseline and rocs
-    /// too, whose profile it uses).
+    /// The best offline k for rocs's own profile (ROCS's Best Offline): the workload run
+    /// once per candidate k, candidates on a grid over that profile's region boundaries
+    /// (--oracle-grid); runs baseline and rocs too, whose profile it uses. Progress lines
+    /// 'oracle profile i/n' are its runs for rocs's i-th profile of n.
     Oracle,
     /// Baseline, rocs and oracle.
     All,
@@ -163,37 +171,11 @@ impl Mode {
     }
 }
 
-#[derive(Args)]
-pub struct TraceArgs {
-    /// Trace format.
-    #[arg(long, value_enum, default_value_t = TraceFormatArg::Lackey)]
-    pub format: TraceFormatArg,
-    /// Trace file, or - for standard input.
-    pub file: String,
-    /// Built-in machine name or a machine .toml file.
-    #[arg(long, default_value = "ppc970fx")]
-    pub machine: String,
-    /// Use virtual addresses as physical (compare with cachegrind).
-    #[arg(long)]
-    pub identity_map: bool,
-    /// Replay the trace this many times (a file only).
-    #[arg(long, default_value_t = 1)]
-    pub repeat: u32,
-    #[arg(long, default_value_t = 1)]
-    pub seed: u64,
-    /// What to run (modes other than baseline need a trace file: they replay it again).
-    #[arg(long, value_enum, default_value_t = Mode::Baseline)]
-    pub mode: Mode,
-    #[command(flatten)]
-    pub closed_loop: LoopArgs,
-    #[arg(long)]
-    pub json: bool,
-}
-
-#[derive(Clone, Copy, Debug, ValueEnum)]
-pub enum TraceFormatArg {
-    Lackey,
-}
+/// What the oracle's numbers mean, under them.
+const ORACLE_MEANS: &str =
+    "  (the oracle: the best k for rocs's own profile, found offline by running the workload once
+   per candidate k on a grid over the profile's region boundaries, --oracle-grid; above 1,
+   rocs's online choice did better than every k the oracle tried)";
 
 /// The numbers of one mode's run.
 #[derive(Clone, Debug, Serialize)]
@@ -316,6 +298,16 @@ impl RunReport {
         r
     }
 
+    /// On standard output: JSON, or text for people.
+    fn emit(&self, json: bool) -> anyhow::Result<()> {
+        if json {
+            println!("{}", serde_json::to_string_pretty(self)?);
+        } else {
+            self.print();
+        }
+        Ok(())
+    }
+
     fn print(&self) {
         println!(
             "workload {}  machine {}  seed {}  ({:.1}M simulated accesses/s)",
@@ -382,7 +374,10 @@ impl RunReport {
             println!("speedup {x:.4}");
         }
         if let (Some(o), Some(f)) = (self.oracle_speedup, self.fraction_of_oracle) {
-            println!("oracle speedup {o:.4}, fraction of oracle {f:.4}");
+            println!(
+                "oracle speedup {o:.4}, fraction of oracle {f:.4} (oracle cycles / rocs cycles)"
+            );
+            println!("{ORACLE_MEANS}");
         }
     }
 }
@@ -391,7 +386,7 @@ pub fn run(cmd: SimCommand) -> anyhow::Result<ExitCode> {
     match cmd {
         SimCommand::List { json } => list(json),
         SimCommand::Run(args) => run_workload(args),
-        SimCommand::Trace(args) => run_trace(args),
+        SimCommand::Trace(cmd) => trace::run(cmd),
         SimCommand::Eval(args) => eval(args),
     }
 }
@@ -466,12 +461,6 @@ fn modes_of(mode: Mode) -> Modes {
     }
 }
 
-/// Progress of a long run, on standard error.
-fn progress(prefix: String) -> impl FnMut(&str) {
-    let start = Instant::now();
-    move |what: &str| eprintln!("[{:>6.1}s] {prefix}{what}", start.elapsed().as_secs_f64())
-}
-
 fn run_baseline(
     profile: &MachineProfile,
     workload: &Workload,
@@ -502,90 +491,15 @@ fn run_workload(args: RunArgs) -> anyhow::Result<ExitCode> {
     } else {
         let cfg = args.closed_loop.config()?;
         let make = || Machine::new(&profile, &workload, args.seed);
-        let c = closed_loop::compare(
-            &make,
-            &cfg,
-            modes_of(args.mode),
-            &mut progress(format!("{}: ", workload.name)),
-        )
-        .with_context(|| format!("running {} in mode {}", workload.name, args.mode.name()))?;
-        RunReport::from_comparison(workload.name.clone(), profile.name.clone(), args.seed, c)
+        let steps = Steps::new(None);
+        let c = closed_loop::compare(&make, &cfg, modes_of(args.mode), &mut |what: &str| {
+            steps.step(&format!("{}: {what}", workload.name))
+        })
+        .with_context(|| format!("running {} in mode {}", workload.name, args.mode.name()));
+        steps.finish();
+        RunReport::from_comparison(workload.name.clone(), profile.name.clone(), args.seed, c?)
     };
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        report.print();
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
-fn run_trace(args: TraceArgs) -> anyhow::Result<ExitCode> {
-    let profile = MachineProfile::resolve(&args.machine)?;
-    let input = if args.file == "-" {
-        TraceInput::Stdin
-    } else {
-        TraceInput::File(PathBuf::from(&args.file))
-    };
-    let TraceFormatArg::Lackey = args.format;
-    if args.mode != Mode::Baseline {
-        if args.file == "-" {
-            anyhow::bail!(
-                "--mode {} replays the trace several times: give a trace file, not standard input",
-                args.mode.name()
-            );
-        }
-        let cfg = args.closed_loop.config()?;
-        let path = PathBuf::from(&args.file);
-        let make = || -> Result<Machine, SimError> {
-            Machine::from_trace(
-                &profile,
-                TraceSpec {
-                    input: TraceInput::File(path.clone()),
-                    format: TraceFormat::Lackey,
-                    repeat: args.repeat,
-                    identity_map: args.identity_map,
-                },
-                args.seed,
-            )
-        };
-        let name = make()?.workload_name().to_string();
-        let c = closed_loop::compare(
-            &make,
-            &cfg,
-            modes_of(args.mode),
-            &mut progress(format!("{name}: ")),
-        )
-        .with_context(|| format!("replaying {} in mode {}", args.file, args.mode.name()))?;
-        let report = RunReport::from_comparison(name, profile.name.clone(), args.seed, c);
-        if args.json {
-            println!("{}", serde_json::to_string_pretty(&report)?);
-        } else {
-            report.print();
-        }
-        return Ok(ExitCode::SUCCESS);
-    }
-    let spec = TraceSpec {
-        input,
-        format: TraceFormat::Lackey,
-        repeat: args.repeat,
-        identity_map: args.identity_map,
-    };
-    let mut m = Machine::from_trace(&profile, spec, args.seed)?;
-    let start = Instant::now();
-    m.run_to_end()
-        .with_context(|| format!("replaying {}", args.file))?;
-    let mode = ModeReport::from_stats(m.totals(), start.elapsed().as_secs_f64());
-    let report = RunReport::new(
-        m.workload_name().to_string(),
-        profile.name.clone(),
-        args.seed,
-        vec![(Mode::Baseline.name().to_string(), mode)],
-    );
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        report.print();
-    }
+    report.emit(args.json)?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -637,6 +551,7 @@ fn eval(args: EvalArgs) -> anyhow::Result<ExitCode> {
         .flat_map(|m| loaded.iter().map(move |w| Ok((m, args.scale.apply(w, m)?))))
         .collect::<anyhow::Result<Vec<_>>>()?;
     let total = pairs.len();
+    let steps = Steps::new(Some(total as u64));
     let next = std::sync::atomic::AtomicUsize::new(0);
     let results: std::sync::Mutex<Vec<Option<anyhow::Result<closed_loop::EvalRow>>>> =
         std::sync::Mutex::new((0..total).map(|_| None).collect());
@@ -648,12 +563,8 @@ fn eval(args: EvalArgs) -> anyhow::Result<ExitCode> {
                     break;
                 };
                 let make = || Machine::new(machine, workload, args.seed);
-                let mut report = progress(format!(
-                    "[{}/{total}] {} {}: ",
-                    i + 1,
-                    machine.name,
-                    workload.name
-                ));
+                let prefix = format!("[{}/{total}] {} {}: ", i + 1, machine.name, workload.name);
+                let mut report = |what: &str| steps.step(&format!("{prefix}{what}"));
                 let evaluate = if modern {
                     closed_loop::evaluate_modern
                 } else {
@@ -662,15 +573,17 @@ fn eval(args: EvalArgs) -> anyhow::Result<ExitCode> {
                 let row = evaluate(&machine.name, &workload.name, &make, &cfg, &mut report)
                     .with_context(|| format!("evaluating {} on {}", workload.name, machine.name));
                 if let Ok(r) = &row {
-                    report(&format!(
-                        "done: speedup {:.3} (linear {:.3}), oracle {:.3}",
+                    steps.line(&format!(
+                        "{prefix}done: speedup {:.3} (linear {:.3}), oracle {:.3}",
                         r.adaptive.speedup, r.linear.speedup, r.oracle_speedup
                     ));
                 }
+                steps.inc();
                 results.lock().expect("no thread panicked")[i] = Some(row);
             });
         }
     });
+    steps.finish();
     let rows = results
         .into_inner()
         .expect("no thread panicked")

@@ -37,6 +37,10 @@ pub enum SimError {
     Trace { line: u64, message: String },
     #[error("trace read error after line {line}: {reason}")]
     TraceIo { line: u64, reason: std::io::Error },
+    #[error("binary trace, byte {offset}: {message}")]
+    BinaryTrace { offset: u64, message: String },
+    #[error("binary trace, read error at byte {offset}: {reason}")]
+    BinaryTraceIo { offset: u64, reason: std::io::Error },
     #[error("no process with pid {0} on this machine")]
     NoSuchProcess(u32),
     #[error("out of physical frames ({0})")]

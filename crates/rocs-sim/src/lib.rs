@@ -2,7 +2,8 @@
 //!
 //! Private L1 caches (and an optional L2) per process, a shared LLC, a frame allocator that
 //! knows page colours, a timing model and a PMU model; workloads generated from TOML
-//! descriptions or replayed from valgrind lackey traces. [`Machine`] implements the
+//! descriptions or replayed from traces of real programs (valgrind lackey's text or rocs's
+//! binary format). [`Machine`] implements the
 //! platform traits of rocs-core (`Sampler`, `Counters`, `Remapper`), so the controller runs
 //! against it exactly as against a real machine.
 
@@ -28,7 +29,7 @@ pub use profile::{
     builtin_machines, Fill, LevelSpec, MachineProfile, PmuSpec, PrefetchSpec, TlbSpec,
 };
 pub use size::ByteSize;
-pub use trace::{LackeyReader, TraceEvent, TraceKind};
+pub use trace::{BinaryReader, BinaryWriter, LackeyReader, TraceEvent, TraceKind, TraceReader};
 pub use workload::{
     builtin_workloads, Pattern, PhaseSpec, ProcessSpec, RegionSpec, Scale, Workload,
 };

@@ -1,4 +1,4 @@
-//! Replayed traces: a program's memory references (valgrind lackey's format) as one
+//! Replayed traces: a program's memory references (lackey or binary, see `crate::trace`) as one
 //! process, its pages given frames on first touch (or mapped one to one, to compare with
 //! cachegrind).
 
@@ -13,7 +13,8 @@ use crate::cache::Cache;
 use crate::error::SimError;
 use crate::frames::FrameAllocator;
 use crate::profile::MachineProfile;
-use crate::trace::{LackeyReader, TraceKind};
+pub use crate::trace::TraceFormat;
+use crate::trace::{TraceKind, TraceReader};
 
 /// Where a trace comes from.
 pub enum TraceInput {
@@ -28,18 +29,13 @@ pub enum TraceInput {
 /// A trace replayed as one process.
 pub struct TraceSpec {
     pub input: TraceInput,
-    /// Only valgrind lackey's format exists for now.
+    /// Valgrind lackey's text or rocs's binary format (or tell from the first byte).
     pub format: TraceFormat,
     /// Replay the trace this many times (a file only).
     pub repeat: u32,
     /// Use virtual addresses as physical ones (to compare with cachegrind, which indexes
     /// by virtual address); otherwise pages get frames from the allocator on first touch.
     pub identity_map: bool,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TraceFormat {
-    Lackey,
 }
 
 pub(super) enum PageMap {
@@ -51,7 +47,7 @@ pub(super) enum PageMap {
 }
 
 pub(super) struct TraceProc {
-    pub(super) reader: LackeyReader<Box<dyn BufRead + Send>>,
+    pub(super) reader: TraceReader,
     pub(super) path: Option<PathBuf>,
     pub(super) repeats_left: u32,
     pub(super) map: PageMap,
@@ -67,7 +63,6 @@ impl TraceProc {
         profile: &MachineProfile,
         trace: TraceSpec,
     ) -> Result<(TraceProc, String), SimError> {
-        let TraceFormat::Lackey = trace.format;
         if trace.repeat == 0 {
             return Err(SimError::Unsupported("repeat must be at least 1".into()));
         }
@@ -107,7 +102,7 @@ impl TraceProc {
             }
         };
         let proc = TraceProc {
-            reader: LackeyReader::new(reader),
+            reader: TraceReader::new(reader, trace.format)?,
             path,
             repeats_left: trace.repeat,
             map,
@@ -180,7 +175,7 @@ impl TraceProc {
                         .path
                         .clone()
                         .ok_or_else(|| SimError::Unsupported("repeat needs a trace file".into()))?;
-                    self.reader = LackeyReader::new(open_trace(&path)?);
+                    self.reader = TraceReader::new(open_trace(&path)?, self.reader.format())?;
                     self.repeats_left -= 1;
                     continue;
                 }
