@@ -470,6 +470,8 @@ impl DomainHost {
         for _ in 0..measured {
             self.daemon.note_measured();
         }
+        self.daemon
+            .add_sampling_cpu(self.domain.take_sampling_cpu());
     }
 
     fn release_all(&mut self, restore: bool) {
