@@ -41,6 +41,8 @@ pub struct Domain {
     /// attached or not, so that messages about one name it as users know it).
     shown: BTreeMap<Pid, Pid>,
     outcomes: Vec<Outcome>,
+    /// CPU time sampling cost since the host last took it.
+    sampling_cpu_ns: u64,
 }
 
 impl Domain {
@@ -241,6 +243,11 @@ impl Domain {
         self.targets.remove(&pid)
     }
 
+    /// CPU time sampling cost since the last call.
+    pub fn take_sampling_cpu(&mut self) -> std::time::Duration {
+        std::time::Duration::from_nanos(std::mem::take(&mut self.sampling_cpu_ns))
+    }
+
     fn shown_pid(&self, platform_pid: Pid) -> Pid {
         self.shown
             .get(&platform_pid)
@@ -264,6 +271,7 @@ impl Domain {
                         tracing::info!(pid = t.pid, comm = %t.comm, "{kind}: {text}");
                     }
                 }
+                Outcome::SamplingCost { cpu_ns, .. } => self.sampling_cpu_ns += cpu_ns,
                 Outcome::Failed { pid, error } => {
                     if let Some(t) = self.target_mut(pid) {
                         t.error(error.to_string());

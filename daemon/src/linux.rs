@@ -556,6 +556,8 @@ impl DomainHost {
         for _ in 0..measured {
             self.daemon.note_measured();
         }
+        self.daemon
+            .add_sampling_cpu(self.domain.take_sampling_cpu());
     }
 
     /// Confine the pages of the target's named mappings that are not confined, when the

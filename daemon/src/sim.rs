@@ -188,6 +188,7 @@ impl SimHost {
                         for _ in 0..measured {
                             self.daemon.note_measured();
                         }
+                        self.daemon.add_sampling_cpu(run.domain.take_sampling_cpu());
                         if !alive {
                             tracing::info!("simulated workload {name} finished; starting it again");
                             let pids: Vec<Pid> = run.domain.targets().map(|t| t.pid).collect();

@@ -275,9 +275,6 @@ impl Daemon {
     }
 
     /// The platform spent `cost` of CPU time sampling.
-    // Not called yet: the hosts (sim.rs, linux.rs) are to add what their sampler measures
-    // against its CPU budget; until then `rocs_sampling_cpu_seconds_total` stays at 0.
-    #[allow(dead_code)]
     pub fn add_sampling_cpu(&self, cost: Duration) {
         let ns = u64::try_from(cost.as_nanos()).unwrap_or(u64::MAX);
         self.sampling_cpu_ns.fetch_add(ns, Ordering::Relaxed);

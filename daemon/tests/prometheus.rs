@@ -159,14 +159,19 @@ fn a_real_prometheus_scrapes_every_documented_series() {
     let states = prom.query("rocs_target_state").unwrap();
     assert_eq!(states.len(), 6, "one series per state: {states:?}");
 
-    // Counters move: windows and rocsd's CPU time always; art samples and migrates.
+    // Counters move: windows and rocsd's CPU time always; art samples (at a CPU cost) and
+    // migrates.
     for counter in ["rocs_target_windows_total", "rocs_daemon_cpu_seconds_total"] {
         let first = value(&prom.query(counter).unwrap()).unwrap();
         prom.wait(&rocsd, &format!("{counter} grows from {first}"), || {
             (value(&prom.query(counter).ok()?)? > first).then_some(())
         });
     }
-    for counter in ["rocs_samples_total", "rocs_pages_migrated_total"] {
+    for counter in [
+        "rocs_samples_total",
+        "rocs_pages_migrated_total",
+        "rocs_sampling_cpu_seconds_total",
+    ] {
         prom.wait(&rocsd, &format!("{counter} above 0"), || {
             (value(&prom.query(counter).ok()?)? > 0.0).then_some(())
         });

@@ -81,6 +81,8 @@ struct TooManyActions;
 pub enum Outcome {
     /// An event of its controller (a transition, a search step, ...).
     Event { pid: Pid, event: Event },
+    /// Sampling it cost this much CPU time (nanoseconds) since the previous drain.
+    SamplingCost { pid: Pid, cpu_ns: u64 },
     /// A platform call for it failed. A failed migration or query is reported to the
     /// controller as a failure of every page (EPERM), so it never waits for it.
     Failed { pid: Pid, error: DriverError },
@@ -133,6 +135,12 @@ impl Driver {
             samples.clear();
             match Sampler::drain(platform, pid, &mut samples) {
                 Ok(loss) => {
+                    if loss.cpu_ns > 0 {
+                        out.push(Outcome::SamplingCost {
+                            pid,
+                            cpu_ns: loss.cpu_ns,
+                        });
+                    }
                     let mut actions = engine.on(pid, Observation::Samples(&samples));
                     actions.extend(engine.on(pid, Observation::SampleLoss(loss)));
                     self.carry_out(engine, platform, pid, actions, out);

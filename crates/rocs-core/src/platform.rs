@@ -17,13 +17,17 @@ pub struct SamplingPlan {
     pub cpu_budget: f64,
 }
 
-/// Samples the platform could not deliver since the last drain.
+/// What sampling lost, and cost, since the last drain.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SampleLoss {
     /// Records the kernel (or model) dropped because a ring was full.
     pub lost: u64,
     /// Times sampling was throttled for exceeding the interrupt rate.
     pub throttled: u64,
+    /// CPU time sampling cost, in nanoseconds (the platform's estimate: the interrupts or
+    /// assists that took the samples, and draining them).
+    #[serde(default)]
+    pub cpu_ns: u64,
 }
 
 /// Counter values accumulated since the previous read.

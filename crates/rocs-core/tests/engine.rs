@@ -173,6 +173,7 @@ impl Domain {
                     self.events.entry(pid).or_default().push(event.kind)
                 }
                 Outcome::Failed { pid, error } => panic!("{pid}: {error}"),
+                Outcome::SamplingCost { .. } => {}
             }
         }
     }

@@ -236,8 +236,11 @@ impl LinuxSampler {
         if saw_exit || !process_alive(pid) {
             s.exited = true;
         }
-        s.window_samples += s.stats.samples - before;
+        let drained = s.stats.samples - before;
+        s.window_samples += drained;
         s.window_user += started.elapsed();
+        let cost = kernel_cost_per_sample(kind) * drained as u32 + started.elapsed();
+        s.pending.cpu_ns += u64::try_from(cost.as_nanos()).unwrap_or(u64::MAX);
         let elapsed = s.window_start.elapsed();
         if elapsed >= BUDGET_WINDOW && s.budget > 0.0 && !s.exited {
             let cost = kernel_cost_per_sample(kind).as_secs_f64() * s.window_samples as f64

@@ -237,6 +237,8 @@ pub fn run_rocs(
             let (pid, event) = match outcome {
                 Outcome::Event { pid, event } => (pid, event),
                 Outcome::Failed { error, .. } => return Err(LoopError::Platform(error)),
+                // The machine's own counts say what sampling cost.
+                Outcome::SamplingCost { .. } => continue,
             };
             let c = engine
                 .controller(pid)

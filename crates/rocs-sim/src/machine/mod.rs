@@ -150,6 +150,7 @@ impl Machine {
                 enabled: false,
                 period: 1,
                 requested: 1,
+                cost_reported: 0,
                 countdown: 1,
                 budget: 0.0,
                 samples: Vec::new(),

@@ -20,6 +20,8 @@ pub(super) struct Pmu {
     pub(super) period: u64,
     /// The period the plan asked for: the budget never lowers the period below it.
     pub(super) requested: u64,
+    /// Sampling cycles already reported by a drain.
+    pub(super) cost_reported: u64,
     pub(super) countdown: u64,
     pub(super) budget: f64,
     pub(super) samples: Vec<MemSample>,
@@ -142,11 +144,16 @@ impl Sampler for Machine {
 
     fn drain(&mut self, pid: Pid, out: &mut Vec<MemSample>) -> Result<SampleLoss, SimError> {
         let i = self.proc_index(pid)?;
-        let pmu = &mut self.procs[i].st.pmu;
+        let clock_ghz = self.profile.clock_ghz;
+        let st = &mut self.procs[i].st;
+        let spent = st.c.sampling_overhead_cycles;
+        let pmu = &mut st.pmu;
         out.append(&mut pmu.samples);
+        let cycles = spent - std::mem::replace(&mut pmu.cost_reported, spent);
         let loss = SampleLoss {
             lost: pmu.lost,
             throttled: pmu.throttled,
+            cpu_ns: (cycles as f64 / clock_ghz).round() as u64,
         };
         pmu.lost = 0;
         pmu.throttled = 0;
