@@ -355,7 +355,7 @@ async fn scan_loop(daemon: Arc<Daemon>, domains: Domains, mut shutdown: watch::R
                     pid,
                     comm,
                     policy: policy.clone(),
-                    knobs: knobs.clone(),
+                    knobs: Box::new(knobs.clone()),
                     confine: confine.clone(),
                 };
                 if domains.hosts[domain].send(attach).await.is_ok() {
@@ -435,7 +435,7 @@ impl DomainHost {
                 knobs,
                 confine,
             } => {
-                self.attach(pid, comm, policy, knobs);
+                self.attach(pid, comm, policy, *knobs);
                 if !confine.is_empty() && self.domain.contains(pid) {
                     let named = NamedMappings {
                         patterns: confine,

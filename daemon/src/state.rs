@@ -101,7 +101,7 @@ pub enum HostCommand {
         pid: Pid,
         comm: String,
         policy: String,
-        knobs: rocs_core::Knobs,
+        knobs: Box<rocs_core::Knobs>,
         /// The policy's mappings to confine by name.
         confine: Vec<String>,
     },
