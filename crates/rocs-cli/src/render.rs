@@ -410,13 +410,61 @@ mod tests {
     }
 
     #[test]
-    fn svg_is_one_document_with_both_figures() {
+    fn svg_is_one_document_with_both_figures_inside_its_view() {
         let p = profile();
         let svg = profile_svg(&p, &MissRateStack::from_profile(&p), "t <&> 1");
-        assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
-        assert!(svg.contains("t &lt;&amp;&gt; 1"));
-        assert!(svg.contains("Per-page LLC miss rate (10 pages)"));
-        assert!(svg.contains("Address space, compacted"));
-        assert_eq!(svg.matches("<svg").count(), 1);
+        let doc = roxmltree::Document::parse(&svg).expect("well-formed XML");
+        let root = doc.root_element();
+        assert!(root.has_tag_name(("http://www.w3.org/2000/svg", "svg")));
+        let view: Vec<f64> = root
+            .attribute("viewBox")
+            .unwrap()
+            .split(' ')
+            .map(|v| v.parse().unwrap())
+            .collect();
+        assert_eq!(view.len(), 4);
+        assert_eq!(
+            doc.descendants().filter(|n| n.has_tag_name("svg")).count(),
+            1
+        );
+        let texts: Vec<&str> = doc
+            .descendants()
+            .filter(|n| n.has_tag_name("text"))
+            .filter_map(|n| n.text())
+            .collect();
+        // The title comes back as it was given: the markup in it was escaped.
+        assert_eq!(texts.first(), Some(&"t <&> 1"));
+        assert!(
+            texts.contains(&"Per-page LLC miss rate (10 pages)"),
+            "{texts:?}"
+        );
+        assert!(
+            texts
+                .iter()
+                .any(|t| t.starts_with("Address space, compacted")),
+            "{texts:?}"
+        );
+        // Every shape with a position and a size lies inside the picture.
+        let num = |n: &roxmltree::Node, a: &str| n.attribute(a).and_then(|v| v.parse::<f64>().ok());
+        let mut shapes = 0;
+        for n in doc.descendants().filter(|n| n.has_tag_name("rect")) {
+            let (Some(x), Some(y), Some(w), Some(h)) = (
+                num(&n, "x"),
+                num(&n, "y"),
+                num(&n, "width"),
+                num(&n, "height"),
+            ) else {
+                continue;
+            };
+            shapes += 1;
+            assert!(
+                w >= 0.0 && h >= 0.0,
+                "{:?}",
+                n.attributes().collect::<Vec<_>>()
+            );
+            assert!(x >= view[0] && x + w <= view[0] + view[2], "x {x} w {w}");
+            assert!(y >= view[1] && y + h <= view[1] + view[3], "y {y} h {h}");
+        }
+        assert!(shapes >= 10, "a bar per miss-rate bin at least: {shapes}");
     }
 }

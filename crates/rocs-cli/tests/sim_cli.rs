@@ -258,3 +258,65 @@ fn trace_file_repeats() {
     assert_eq!(v["modes"]["baseline"]["instructions"], 3);
     assert_eq!(v["modes"]["baseline"]["l1d_misses"], 1);
 }
+
+#[test]
+fn eval_draws_each_speedup_as_a_bar_of_its_height() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("eval");
+    let (ok, _, err) = run(
+        &[
+            "sim",
+            "eval",
+            "--machines",
+            "tiny",
+            "--scale",
+            "0.01",
+            "--oracle-grid",
+            "2",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        None,
+    );
+    assert!(ok, "{err}");
+    let eval: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("evaluation.json")).unwrap())
+            .unwrap();
+    let svg = std::fs::read_to_string(out.join("speedup-tiny.svg")).unwrap();
+    let doc = roxmltree::Document::parse(&svg).expect("well-formed XML");
+    assert!(doc
+        .root_element()
+        .has_tag_name(("http://www.w3.org/2000/svg", "svg")));
+    // Each bar is a rect whose <title> names its workload, mode and speedup.
+    let bar = |name: &str| -> (f64, f64) {
+        let rect = doc
+            .descendants()
+            .filter(|n| n.has_tag_name("rect"))
+            .find(|n| {
+                n.children().any(|c| {
+                    c.has_tag_name("title") && c.text().is_some_and(|t| t.starts_with(name))
+                })
+            })
+            .unwrap_or_else(|| panic!("no bar titled {name:?}"));
+        let title = rect.children().find_map(|c| c.text()).unwrap();
+        let value: f64 = title.rsplit(": ").next().unwrap().parse().unwrap();
+        (value, rect.attribute("height").unwrap().parse().unwrap())
+    };
+    let rows = eval["rows"].as_array().unwrap();
+    assert!(rows.len() >= 5, "{eval}");
+    for row in rows {
+        let w = row["workload"].as_str().unwrap();
+        let (one, unit) = bar(&format!("{w} baseline: "));
+        assert_eq!(one, 1.0);
+        let speedup = row["adaptive"]["speedup"].as_f64().unwrap();
+        let (shown, height) = bar(&format!("{w} rocs (adaptive): "));
+        assert!(
+            (shown - speedup).abs() < 0.0005,
+            "{w}: {shown} vs {speedup}"
+        );
+        assert!(
+            (height / unit - speedup).abs() < 0.01,
+            "{w}: bar {height} of {unit} for {speedup}"
+        );
+    }
+}

@@ -1,7 +1,8 @@
 //! Faithful: a real program (Debian's `sort` on a fixed input) is run under valgrind's
 //! lackey (memory trace) and under cachegrind (cache simulation) with explicit geometries;
 //! replaying the lackey trace on a machine of the same geometry (LRU, identity-mapped) must
-//! give the same L1D misses (D1mr + D1mw) and LLC data misses (DLmr + DLmw), within 1%.
+//! give the same L1D misses (D1mr + D1mw) and LLC data misses (DLmr + DLmw), within 1%; and
+//! the trace converted to rocs's binary format must replay to exactly the same counts.
 //!
 //! The model follows cachegrind where it matters: an access straddling two lines touches
 //! both and is one access (a miss if either line misses), and both lines go to the LL
@@ -11,7 +12,10 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use rocs_sim::{Machine, MachineProfile, TraceFormat, TraceInput, TraceSpec};
+use rocs_sim::{
+    BinaryWriter, Machine, MachineProfile, RunStats, TraceFormat, TraceInput, TraceReader,
+    TraceSpec,
+};
 
 struct Geometry {
     name: &'static str,
@@ -124,8 +128,36 @@ fn within_1pct(what: &str, ours: u64, theirs: u64) {
     );
 }
 
+fn convert(lackey: &Path, binary: &Path) {
+    let input = std::io::BufReader::new(std::fs::File::open(lackey).unwrap());
+    let mut r = TraceReader::new(Box::new(input), TraceFormat::Lackey).unwrap();
+    let mut w = BinaryWriter::new(std::io::BufWriter::new(
+        std::fs::File::create(binary).unwrap(),
+    ));
+    while let Some(ev) = r.next_event().unwrap() {
+        w.write(&ev).unwrap();
+    }
+    w.finish().unwrap();
+}
+
+fn replay(profile: &MachineProfile, trace: &Path, format: TraceFormat) -> RunStats {
+    let mut m = Machine::from_trace(
+        profile,
+        TraceSpec {
+            input: TraceInput::File(trace.to_path_buf()),
+            format,
+            repeat: 1,
+            identity_map: true,
+        },
+        1,
+    )
+    .unwrap();
+    m.run_to_end().unwrap();
+    m.totals()
+}
+
 #[test]
-fn lackey_replay_matches_cachegrind_on_sort() {
+fn lackey_and_binary_replays_match_cachegrind_on_sort() {
     if !have("valgrind") {
         eprintln!(
             "\n*** SKIPPED: valgrind is not installed, so the cachegrind fidelity test cannot run.\n*** Install it (apt-get install valgrind; tests/all.sh does) to check the simulator against cachegrind.\n"
@@ -143,6 +175,8 @@ fn lackey_replay_matches_cachegrind_on_sort() {
         ],
         &input,
     );
+    let binary = dir.join("trace.rtrace");
+    convert(&trace, &binary);
     for g in GEOMETRIES {
         let cg_out = dir.join("cachegrind.out");
         let spec = |(size, ways, line): (u64, u64, u64)| format!("{size},{ways},{line}");
@@ -162,19 +196,12 @@ fn lackey_replay_matches_cachegrind_on_sort() {
         // Cachegrind models no prefetcher, no TLB and no victim LLC: agreement is with them
         // off (a trace on a machine with them is refused).
         assert!(!profile.has_modern_models());
-        let mut m = Machine::from_trace(
-            &profile,
-            TraceSpec {
-                input: TraceInput::File(trace.clone()),
-                format: TraceFormat::Lackey,
-                repeat: 1,
-                identity_map: true,
-            },
-            1,
-        )
-        .unwrap();
-        m.run_to_end().unwrap();
-        let t = m.totals();
+        let t = replay(&profile, &trace, TraceFormat::Lackey);
+        let from_binary = replay(&profile, &binary, TraceFormat::Binary);
+        assert_eq!(
+            from_binary.counts, t.counts,
+            "the binary trace replays to the same counts"
+        );
         eprintln!(
             "{}: D1 misses {} vs {}, LL data misses {} vs {}, I1 misses {} vs {}",
             g.name,

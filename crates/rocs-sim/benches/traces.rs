@@ -1,0 +1,81 @@
+//! Trace readers alone, from memory: lackey text lines per second and binary events per
+//! second (criterion's elements = lines or events).
+//!
+//!     cargo bench -p rocs-sim --bench traces
+//!
+//! The text imitates a real lackey trace: runs of instruction fetches a few bytes apart,
+//! loads and stores on a stack and a heap, 8 to 12 hex digits per address.
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use rocs_sim::{BinaryReader, BinaryWriter, LackeyReader, TraceEvent, TraceKind};
+
+const LINES: u64 = 1_000_000;
+
+fn events() -> Vec<TraceEvent> {
+    let mut pc = 0x0401_0000u64;
+    (0..LINES)
+        .map(|i| {
+            let (kind, addr, size) = match i % 10 {
+                0..=5 => {
+                    pc += 1 + i % 7;
+                    (TraceKind::Instr, pc, 1 + i % 7)
+                }
+                6 | 7 => (TraceKind::Load, 0x1f_feff_f000 + (i % 512) * 8, 8),
+                8 => (TraceKind::Store, 0x0422_0000 + (i * 24) % (1 << 20), 4),
+                _ => (TraceKind::Modify, 0x0422_8000 + (i % 64) * 16, 16),
+            };
+            TraceEvent { kind, addr, size }
+        })
+        .collect()
+}
+
+fn lackey_text(events: &[TraceEvent]) -> Vec<u8> {
+    let mut t = String::new();
+    for e in events {
+        let k = match e.kind {
+            TraceKind::Instr => "I ",
+            TraceKind::Load => " L",
+            TraceKind::Store => " S",
+            TraceKind::Modify => " M",
+        };
+        t.push_str(&format!("{k} {:08x},{}\n", e.addr, e.size));
+    }
+    t.into_bytes()
+}
+
+fn bench(c: &mut Criterion) {
+    let events = events();
+    let text = lackey_text(&events);
+    let mut w = BinaryWriter::new(Vec::new());
+    for e in &events {
+        w.write(e).unwrap();
+    }
+    let binary = w.finish().unwrap();
+    let mut group = c.benchmark_group("trace-read");
+    group.sample_size(20);
+    group.throughput(Throughput::Elements(LINES));
+    group.bench_function("lackey", |b| {
+        b.iter(|| {
+            let mut r = LackeyReader::new(&text[..]);
+            let mut sum = 0u64;
+            while let Some(e) = r.next_event().unwrap() {
+                sum = sum.wrapping_add(e.addr);
+            }
+            sum
+        })
+    });
+    group.bench_function("binary", |b| {
+        b.iter(|| {
+            let mut r = BinaryReader::new(&binary[..]).unwrap();
+            let mut sum = 0u64;
+            while let Some(e) = r.next_event().unwrap() {
+                sum = sum.wrapping_add(e.addr);
+            }
+            sum
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
