@@ -1,7 +1,8 @@
 //! The real machine as rocs-core's platform: [`LinuxPlatform`] samples and counts its
 //! targets through perf events (or, when asked by name, a [`ReplayPmu`]'s script) and moves
-//! their pages through the kernel shim, the twin of `rocs_sim::Machine`. And the machine's LLC domains: the sets of CPUs that share one
-//! last-level cache (a socket, an AMD CCX), so that one engine serves each.
+//! their pages through the kernel shim, the twin of `rocs_sim::Machine`. And the machine's
+//! LLC domains: the sets of CPUs that share one last-level cache (a socket, an AMD CCX),
+//! so that one engine serves each.
 
 use std::collections::BTreeSet;
 use std::path::Path;
