@@ -315,12 +315,6 @@ impl AdaptiveSearch {
                 return Flow::Ask(Next::Measure(again));
             }
         }
-        // A coarse point is not given up on its first window: one window after a move says
-        // as much about the move as about the placement.
-        let worse_than_zero = ipc < m.mean(0).expect("measured");
-        if (past_peak || worse_than_zero) && m.count(k) < 2 && self.max_repeats >= 2 {
-            return Flow::Ask(Next::Measure(k));
-        }
         // Below k = 0 and still falling: however noisy the windows, nothing
         // so far hints at a gain further on, and each larger probe moves more
         // pages (on a machine where confining also squeezes a physically
