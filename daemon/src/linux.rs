@@ -175,11 +175,13 @@ fn hardware_pmu(
 }
 
 /// The shim's stash bound per NUMA node. Half of it is kept filled with frames of the
-/// pollute colours (PREFILL, topped up after every move to the buffer): one window's moves
-/// at most (the page budget: no search step moves more), so that a step takes its frames
-/// from the stash rather than finding each one the hard way while the target waits.
+/// pollute colours (PREFILL, topped up in the background after every move to the buffer):
+/// two search steps' worth (a step moves at most the page budget), so that a step takes its
+/// frames from the stash rather than finding each one the hard way while the target waits,
+/// even when the top-up of the step before has not finished (the VM suite saw the stash
+/// sized to one step fall behind: MIGRATE only 1.06 times move_pages(2)).
 fn stash_limit(page_budget: u32) -> u64 {
-    (2 * u64::from(page_budget)).min(rocs_linux::shim::abi::MAX_POOL_LIMIT)
+    (4 * u64::from(page_budget)).min(rocs_linux::shim::abi::MAX_POOL_LIMIT)
 }
 
 /// What every domain's task needs from the setup.
