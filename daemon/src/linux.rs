@@ -11,7 +11,7 @@
 //!   and with the shim only the pages named by `rocsctl confine` or a policy move;
 //! - `pmu = "replay:FILE"`: samples and counters from a script (tests; said as a notice).
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -24,8 +24,9 @@ use rocs_linux::counters::CounterEvents;
 use rocs_linux::plan::software_page_fault_plan;
 use rocs_linux::shim::{ShimClient, ShimConfig};
 use rocs_linux::{
-    detect_geometry, domain_of, llc_domains, process_cpus, select_plan, CpuInfo, EventChoice,
-    EventPlan, KernelVersion, LinuxPlatform, PmuInventory, ReplayPmu, ReplayScript,
+    detect_geometry, domain_of, llc_domains, mapped_ranges, present_pages, process_cpus,
+    select_plan, CpuInfo, EventChoice, EventPlan, KernelVersion, LinuxPlatform, PmuInventory,
+    ReplayPmu, ReplayScript,
 };
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
@@ -174,11 +175,13 @@ fn hardware_pmu(
 }
 
 /// The shim's stash bound per NUMA node. Half of it is kept filled with frames of the
-/// pollute colours (PREFILL, topped up after every move to the buffer): one window's moves
-/// at most (the page budget: no search step moves more), so that a step takes its frames
-/// from the stash rather than finding each one the hard way while the target waits.
+/// pollute colours (PREFILL, topped up in the background after every move to the buffer):
+/// two search steps' worth (a step moves at most the page budget), so that a step takes its
+/// frames from the stash rather than finding each one the hard way while the target waits,
+/// even when the top-up of the step before has not finished (the VM suite saw the stash
+/// sized to one step fall behind: MIGRATE only 1.06 times move_pages(2)).
 fn stash_limit(page_budget: u32) -> u64 {
-    (2 * u64::from(page_budget)).min(rocs_linux::shim::abi::MAX_POOL_LIMIT)
+    (4 * u64::from(page_budget)).min(rocs_linux::shim::abi::MAX_POOL_LIMIT)
 }
 
 /// What every domain's task needs from the setup.
@@ -397,14 +400,24 @@ struct DomainHost {
     named: HashMap<Pid, NamedMappings>,
 }
 
-/// A target's mappings to confine by name, and the address ranges they had when last
-/// confined: their pages are asked for again only when those change (the mappings grow, new
-/// ones appear), so that a page that cannot move (one not touched yet) is not retried every
-/// window.
+/// A target's mappings to confine by name. Their pages are asked for once they are present
+/// (a page never touched has nothing to move), and a page asked for is not asked again
+/// until the mappings change, so that a page the shim refuses is not retried every window.
 struct NamedMappings {
     patterns: Vec<String>,
+    /// The mappings' address ranges at the last look.
     ranges: Vec<(u64, u64)>,
+    asked: BTreeSet<VirtPage>,
+    /// Windows since the last look for newly present pages.
+    windows: u32,
 }
+
+/// Windows between two looks for pages of named mappings that became present (the
+/// mappings themselves are read every window: a change is looked at at once).
+const NAMED_LOOK_WINDOWS: u32 = 10;
+
+/// Most pages taken from named mappings in one look (16 GiB of 4 KiB pages).
+const MAX_NAMED_PAGES: usize = 1 << 22;
 
 impl DomainHost {
     async fn run(mut self, mut rx: mpsc::Receiver<HostCommand>) {
@@ -440,6 +453,8 @@ impl DomainHost {
                     let named = NamedMappings {
                         patterns: confine,
                         ranges: Vec::new(),
+                        asked: BTreeSet::new(),
+                        windows: 0,
                     };
                     self.named.insert(pid, named);
                     self.confine_mappings(pid);
@@ -560,9 +575,9 @@ impl DomainHost {
             .add_sampling_cpu(self.domain.take_sampling_cpu());
     }
 
-    /// Confine the pages of the target's named mappings that are not confined, when the
-    /// mappings changed. Not while it is paused (the operator wants its pages where they
-    /// are), nor when it runs dry (no page of it moves; `rocsctl status` says why).
+    /// Confine the pages of the target's named mappings that are present and were not
+    /// asked for yet. Not while it is paused (the operator wants its pages where they are),
+    /// nor when it runs dry (no page of it moves; `rocsctl status` says why).
     fn confine_mappings(&mut self, pid: Pid) {
         let Some(named) = self.named.get_mut(&pid) else {
             return;
@@ -577,23 +592,30 @@ impl DomainHost {
         let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
             return;
         };
-        let ranges = mapped_ranges(&maps, &named.patterns);
-        if ranges == named.ranges {
+        let patterns = &named.patterns;
+        let ranges = mapped_ranges(&maps, |name| {
+            patterns.iter().any(|p| rocs_config::glob_match(p, name))
+        });
+        if ranges != named.ranges {
+            named.ranges = ranges;
+            named.asked.clear();
+        } else if named.windows < NAMED_LOOK_WINDOWS {
+            named.windows += 1;
             return;
         }
-        named.ranges = ranges;
-        let shift = self.shared.page_shift;
-        let explicit = self.domain.controller(pid).map(|c| c.explicit());
-        let pages: Vec<VirtPage> = named
-            .ranges
-            .iter()
-            .flat_map(|&(start, end)| (start >> shift..end >> shift).map(VirtPage))
-            .filter(|p| explicit.is_none_or(|e| !e.contains(p)))
-            .take(MAX_MAPPED_PAGES)
+        named.windows = 0;
+        let Ok(present) = present_pages(pid, &named.ranges, self.shared.page_shift) else {
+            return;
+        };
+        let pages: Vec<VirtPage> = present
+            .into_iter()
+            .filter(|p| !named.asked.contains(p))
+            .take(MAX_NAMED_PAGES)
             .collect();
         if pages.is_empty() {
             return;
         }
+        named.asked.extend(pages.iter().copied());
         match self
             .domain
             .confine(&mut self.platform, pid, Confine::Pages(pages))
@@ -614,64 +636,5 @@ impl DomainHost {
         for pid in pids {
             self.command(HostCommand::Release { pid, restore });
         }
-    }
-}
-
-/// Most pages taken from named mappings in one pass (16 GiB of 4 KiB pages).
-const MAX_MAPPED_PAGES: usize = 1 << 22;
-
-/// The address ranges of the mappings of a /proc/PID/maps text whose pathname (its last
-/// column: a path, `[heap]`, `[anon:NAME]`, ...) one of `patterns` matches.
-fn mapped_ranges(maps: &str, patterns: &[String]) -> Vec<(u64, u64)> {
-    let mut ranges = Vec::new();
-    for line in maps.lines() {
-        // "start-end perms offset dev inode   pathname": single spaces up to the inode,
-        // then padding; a pathname may hold spaces.
-        let mut fields = line.splitn(6, ' ');
-        let range = fields.next().unwrap_or("");
-        let name = fields.nth(4).unwrap_or("").trim_start();
-        if name.is_empty() || !patterns.iter().any(|p| rocs_config::glob_match(p, name)) {
-            continue;
-        }
-        let hex = |t: &str| u64::from_str_radix(t, 16).ok();
-        if let Some((start, end)) = range
-            .split_once('-')
-            .and_then(|(a, b)| Some((hex(a)?, hex(b)?)))
-        {
-            ranges.push((start, end));
-        }
-    }
-    ranges
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn named_mappings_give_their_ranges() {
-        let maps = "\
-00400000-00401000 r-xp 00000000 08:01 1234                               /usr/bin/target
-01000000-01003000 rw-p 00000000 00:00 0                                  [heap]
-7f0000000000-7f0000002000 rw-p 00000000 00:00 0                          [anon:stream buf]
-7f0000002000-7f0000003000 rw-p 00000000 00:00 0 \n\
-7ffc00000000-7ffc00001000 rw-p 00000000 00:00 0                          [stack]
-";
-        let ranges = |p: &[&str]| {
-            let p: Vec<String> = p.iter().map(|s| s.to_string()).collect();
-            mapped_ranges(maps, &p)
-        };
-        assert_eq!(ranges(&["[heap]"]), vec![(0x0100_0000, 0x0100_3000)]);
-        assert_eq!(
-            ranges(&["[anon:stream*]"]),
-            vec![(0x7f00_0000_0000, 0x7f00_0000_2000)]
-        );
-        assert_eq!(ranges(&["/usr/bin/*"]), vec![(0x40_0000, 0x40_1000)]);
-        assert!(ranges(&["[vdso]"]).is_empty());
-        assert_eq!(
-            ranges(&["*"]).len(),
-            4,
-            "an unnamed mapping matches nothing"
-        );
     }
 }

@@ -31,7 +31,10 @@ pub use perfdata::{parse_perf_data, read_perf_data, ImportSummary, PerfDataError
 pub use plan::{
     machine_plan, select_plan, EventChoice, EventPlan, EventSpec, NoPlan, PlanKind, SourceRule,
 };
-pub use platform::{domain_of, llc_domains, process_cpus, LinuxPlatform, LinuxPlatformError};
+pub use platform::{
+    domain_of, llc_domains, mapped_ranges, present_pages, process_cpus, LinuxPlatform,
+    LinuxPlatformError,
+};
 pub use pmu::{PmuDevice, PmuInventory};
 pub use replay::{ReplayError, ReplayPmu, ReplayScript};
 pub use sampler::{LinuxSampler, SamplerError, SamplingStats};

@@ -227,6 +227,54 @@ fn last_cpu_of_stat(stat: &str) -> Option<u32> {
     rest.split_whitespace().nth(36)?.parse().ok()
 }
 
+/// The address ranges of the mappings of a /proc/PID/maps text whose pathname (its last
+/// column: a path, `[heap]`, `[stack]`, ...) `named` accepts. Unnamed mappings are left out.
+pub fn mapped_ranges(maps: &str, named: impl Fn(&str) -> bool) -> Vec<(u64, u64)> {
+    let mut ranges = Vec::new();
+    for line in maps.lines() {
+        // "start-end perms offset dev inode   pathname": single spaces up to the inode,
+        // then padding; a pathname may hold spaces.
+        let mut fields = line.splitn(6, ' ');
+        let range = fields.next().unwrap_or("");
+        let name = fields.nth(4).unwrap_or("").trim_start();
+        if name.is_empty() || !named(name) {
+            continue;
+        }
+        let hex = |t: &str| u64::from_str_radix(t, 16).ok();
+        if let Some(r) = range
+            .split_once('-')
+            .and_then(|(a, b)| Some((hex(a)?, hex(b)?)))
+        {
+            ranges.push(r);
+        }
+    }
+    ranges
+}
+
+/// The pages of `ranges` of process `pid` that are in memory now (/proc/PID/pagemap's
+/// "present" bit, 63, in the kernel's Documentation/admin-guide/mm/pagemap.rst): a page
+/// never touched, or swapped out, has no frame to move.
+pub fn present_pages(
+    pid: Pid,
+    ranges: &[(u64, u64)],
+    page_shift: u32,
+) -> std::io::Result<Vec<VirtPage>> {
+    use std::os::unix::fs::FileExt;
+    let pagemap = std::fs::File::open(format!("/proc/{pid}/pagemap"))?;
+    let mut present = Vec::new();
+    for &(start, end) in ranges {
+        let first = start >> page_shift;
+        let mut entries = vec![0u8; ((end >> page_shift) - first) as usize * 8];
+        pagemap.read_exact_at(&mut entries, first * 8)?;
+        let pages = entries.chunks_exact(8).enumerate();
+        present.extend(pages.filter_map(|(i, e)| {
+            let entry = u64::from_ne_bytes(e.try_into().expect("8 bytes"));
+            (entry >> 63 == 1).then_some(VirtPage(first + i as u64))
+        }));
+    }
+    Ok(present)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -282,6 +330,64 @@ mod tests {
         assert!(
             domains.iter().any(|d| d.contains(&cpu)),
             "{cpu} in {domains:?}"
+        );
+    }
+
+    #[test]
+    fn named_mappings_give_their_ranges() {
+        let maps = "\
+00400000-00401000 r-xp 00000000 08:01 1234                               /usr/bin/target
+01000000-01003000 rw-p 00000000 00:00 0                                  [heap]
+7f0000000000-7f0000002000 rw-p 00000000 00:00 0                          /dev/zero (deleted)
+7f0000002000-7f0000003000 rw-p 00000000 00:00 0 \n\
+7ffc00000000-7ffc00001000 rw-p 00000000 00:00 0                          [stack]
+";
+        assert_eq!(
+            mapped_ranges(maps, |n| n == "[heap]"),
+            vec![(0x0100_0000, 0x0100_3000)]
+        );
+        assert_eq!(
+            mapped_ranges(maps, |n| n.starts_with("/dev/zero")),
+            vec![(0x7f00_0000_0000, 0x7f00_0000_2000)]
+        );
+        assert_eq!(
+            mapped_ranges(maps, |_| true).len(),
+            4,
+            "an unnamed one is not"
+        );
+    }
+
+    #[test]
+    fn present_pages_are_the_touched_ones() {
+        let shift = crate::geometry::page_size().trailing_zeros();
+        let size = 1usize << shift;
+        // Four pages mapped, the second and fourth touched.
+        // SAFETY: a fresh anonymous private mapping of 4 pages, unmapped below; nothing else
+        // refers to that address range.
+        let map = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                4 * size,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(map, libc::MAP_FAILED);
+        let addr = map as u64;
+        // SAFETY: both writes are inside the 4-page mapping made above.
+        unsafe {
+            *(map as *mut u8).add(size) = 1;
+            *(map as *mut u8).add(3 * size) = 1;
+        }
+        let pages = present_pages(std::process::id(), &[(addr, addr + 4 * size as u64)], shift);
+        // SAFETY: the mapping made above, no longer used.
+        unsafe { libc::munmap(map, 4 * size) };
+        let first = addr >> shift;
+        assert_eq!(
+            pages.unwrap(),
+            vec![VirtPage(first + 1), VirtPage(first + 3)]
         );
     }
 

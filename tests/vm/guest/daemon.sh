@@ -24,16 +24,15 @@ not_ok() {
     FAILED=1
 }
 
-# until SECONDS CMD...: run CMD every 0.1 s until it succeeds; false after SECONDS.
+# until_ok SECONDS CMD...: run CMD until it succeeds (0.1 s apart); false once SECONDS have
+# passed (by the clock: one CMD may itself take seconds).
 until_ok() {
-    n=$(($1 * 10))
+    deadline=$(($(date +%s) + $1))
     shift
-    while [ "$n" -gt 0 ]; do
-        "$@" >/dev/null 2>&1 && return 0
+    while ! "$@" >/dev/null 2>&1; do
+        [ "$(date +%s)" -lt "$deadline" ] || return 1
         usleep 100000
-        n=$((n - 1))
     done
-    return 1
 }
 
 rocsd_start() {

@@ -1318,8 +1318,8 @@ static void stash_settle(void)
 
 /*
  * rocsd's own pattern: a search moves one step of pages to the pollute buffer per window
- * (at most its page budget), and rocsd keeps the stash PREFILLed to one such step
- * (pool_limit = 2 x the page budget: half of it for the pollute colours). DAEMON_STEPS steps
+ * (at most its page budget), and rocsd keeps the stash PREFILLed to two such steps
+ * (pool_limit = 4 x the page budget: half of it for the pollute colours). DAEMON_STEPS steps
  * of DAEMON_STEP pages, a window apart, against move_pages(2) of the same batches between
  * the nodes, a window apart too; the medians of the per-step rates are compared.
  */
@@ -1351,7 +1351,7 @@ static void daemon_pattern(void)
 	      "move_pages to node 0: %s", strerror(errno));
 	for (i = 0; i < n; i++)
 		nodes[i] = 1;
-	CHECK(raw_config(COLOURS, ROCS_SHIM_CONFIG_PREFILL, 2 * DAEMON_STEP, POLLUTE_MASK, 0) == 0,
+	CHECK(raw_config(COLOURS, ROCS_SHIM_CONFIG_PREFILL, 4 * DAEMON_STEP, POLLUTE_MASK, 0) == 0,
 	      "CONFIGURE with PREFILL");
 	stash_settle();
 	for (s = 0; s < DAEMON_STEPS; s++) {
@@ -1373,7 +1373,7 @@ static void daemon_pattern(void)
 	m_shim = median(r_shim, DAEMON_STEPS);
 	m_move = median(r_move, DAEMON_STEPS);
 	printf("# throughput: rocsd's pattern (steps of %d pages to Pollute a %d ms window apart, "
-	       "the stash PREFILLed to one step): MIGRATE %.0f pages/s, move_pages(2) %.0f pages/s, "
+	       "the stash PREFILLed to two steps): MIGRATE %.0f pages/s, move_pages(2) %.0f pages/s, "
 	       "ratio %.2f (medians of %d steps)\n",
 	       DAEMON_STEP, DAEMON_WINDOW_US / 1000, m_shim, m_move, m_shim / m_move, DAEMON_STEPS);
 	munmap(p, n * PAGE);
