@@ -139,7 +139,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             let mut notices = Vec::new();
             if config.geometry.is_some() {
                 notices.push(
-                    "[geometry] is ignored on the sim platform: the machine profile gives the LLC"
+                    "[geometry] is ignored on the sim platform: the machine spec gives the LLC"
                         .to_string(),
                 );
             }

@@ -13,7 +13,7 @@ use std::time::Duration;
 use anyhow::Context;
 use rocs_config::{parse_proc_cgroup, ConfigError, DaemonConfig, ProcessInfo, SimWorkload};
 use rocs_core::{CacheGeometry, Command, Pid};
-use rocs_sim::{Machine, MachineProfile, Workload};
+use rocs_sim::{Machine, MachineSpec, Workload};
 use tokio::sync::{mpsc, watch};
 
 use crate::domain::Domain;
@@ -23,9 +23,9 @@ use crate::targets::Target;
 /// Synthetic pids, unique across the daemon's simulated machines.
 static NEXT_PID: AtomicU32 = AtomicU32::new(1000);
 
-/// The machine profile and workloads named in the configuration, resolved.
+/// The machine spec and workloads named in the configuration, resolved.
 pub struct SimSetup {
-    pub profile: MachineProfile,
+    pub profile: MachineSpec,
     pub workloads: Vec<(SimWorkload, Workload)>,
 }
 
@@ -38,7 +38,7 @@ impl SimSetup {
                 None => anyhow::anyhow!(e),
             }
         };
-        let profile = MachineProfile::resolve(&config.sim.machine)
+        let profile = MachineSpec::resolve(&config.sim.machine)
             .map_err(|e| place(config.sim.machine_at.as_ref(), e.to_string()))?;
         if config.sim.workloads.is_empty() {
             anyhow::bail!(
@@ -93,7 +93,7 @@ pub fn start(
 
 struct SimHost {
     daemon: Arc<Daemon>,
-    profile: Arc<MachineProfile>,
+    profile: Arc<MachineSpec>,
     seed: u64,
     workload: Workload,
 }

@@ -13,7 +13,7 @@ use clap::{Args, Subcommand, ValueEnum};
 use rocs_core::SearchMode;
 use rocs_sim::closed_loop::{self, Comparison, LoopConfig, Modes, OracleRun, RocsRun};
 use rocs_sim::{
-    builtin_machines, builtin_workloads, Machine, MachineProfile, RunStats, Scale, Workload,
+    builtin_machines, builtin_workloads, Machine, MachineSpec, RunStats, Scale, Workload,
 };
 use serde::Serialize;
 
@@ -24,7 +24,7 @@ use progress::Steps;
 
 #[derive(Subcommand)]
 pub enum SimCommand {
-    /// List the built-in machine profiles and workloads.
+    /// List the built-in machine specs and workloads.
     List {
         #[arg(long)]
         json: bool,
@@ -401,7 +401,7 @@ fn list(json: bool) -> anyhow::Result<ExitCode> {
     let machines: Vec<Listed> = builtin_machines()
         .into_iter()
         .map(|n| {
-            let p = MachineProfile::resolve(n)?;
+            let p = MachineSpec::resolve(n)?;
             Ok(Listed {
                 name: n.into(),
                 description: p.description,
@@ -442,7 +442,7 @@ fn list(json: bool) -> anyhow::Result<ExitCode> {
 /// Run `workload` on `profile` in `mode`.
 pub fn run_mode(
     mode: Mode,
-    profile: &MachineProfile,
+    profile: &MachineSpec,
     workload: &Workload,
     seed: u64,
 ) -> anyhow::Result<ModeReport> {
@@ -462,7 +462,7 @@ fn modes_of(mode: Mode) -> Modes {
 }
 
 fn run_baseline(
-    profile: &MachineProfile,
+    profile: &MachineSpec,
     workload: &Workload,
     seed: u64,
 ) -> anyhow::Result<ModeReport> {
@@ -476,7 +476,7 @@ fn run_baseline(
 }
 
 fn run_workload(args: RunArgs) -> anyhow::Result<ExitCode> {
-    let profile = MachineProfile::resolve(&args.machine)?;
+    let profile = MachineSpec::resolve(&args.machine)?;
     let workload = args
         .scale
         .apply(&Workload::resolve(&args.workload)?, &profile)?;
@@ -538,7 +538,7 @@ fn eval(args: EvalArgs) -> anyhow::Result<ExitCode> {
         .unwrap_or_else(|| default_machines.iter().map(|m| m.to_string()).collect());
     let machines = machine_names
         .iter()
-        .map(|m| MachineProfile::resolve(m))
+        .map(|m| MachineSpec::resolve(m))
         .collect::<Result<Vec<_>, _>>()?;
     let loaded = workloads
         .iter()
@@ -546,7 +546,7 @@ fn eval(args: EvalArgs) -> anyhow::Result<ExitCode> {
         .collect::<Result<Vec<_>, _>>()?;
     // Every (machine, workload) pair is independent: run them on `jobs` threads, each pair
     // deterministic by itself, and keep the rows in suite order.
-    let pairs: Vec<(&MachineProfile, Workload)> = machines
+    let pairs: Vec<(&MachineSpec, Workload)> = machines
         .iter()
         .flat_map(|m| loaded.iter().map(move |w| Ok((m, args.scale.apply(w, m)?))))
         .collect::<anyhow::Result<Vec<_>>>()?;

@@ -121,7 +121,7 @@ pub struct SimWorkload {
 /// The sim platform's settings.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SimConfig {
-    /// A rocs-sim machine profile name.
+    /// A rocs-sim machine spec (a built-in name or a TOML file).
     pub machine: String,
     pub machine_at: Option<Location>,
     /// Cycles simulated per window.

@@ -11,8 +11,8 @@
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use rocs_core::{DataSource, MemSample, PageProfile};
-use rocs_linux::abi::*;
 use rocs_linux::decode::{Decoded, Decoder, EventKind};
+use rocs_linux::perf_abi::*;
 use rocs_linux::plan::SourceRule;
 use rocs_linux::record::{encode_sample, Sample, SampleFormat};
 use rocs_linux::ring::drain_records;

@@ -14,8 +14,8 @@ use perf_event::{Builder, Counter, ReadFormat};
 use rocs_core::{CounterDelta, Counters, Pid};
 use thiserror::Error;
 
-use crate::abi::*;
 use crate::events::explain_open_error;
+use crate::perf_abi::*;
 use crate::target::{process_alive, threads};
 
 #[derive(Debug, Error)]

@@ -4,8 +4,8 @@
 use byteorder::{ByteOrder, LittleEndian};
 use rocs_core::{DataSource, MemSample};
 
-use crate::abi::*;
 use crate::datasrc::{classify_data_src, decode_ibs_op_raw};
+use crate::perf_abi::*;
 use crate::plan::SourceRule;
 use crate::record::{parse_sample_in, sample_id_in, SampleFormat, Truncated};
 use crate::ring::RawRecord;

@@ -4,10 +4,10 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use crate::abi::*;
 use crate::cpu::{CpuInfo, KernelVersion};
 use crate::events::{explain_open_error, open_event, Target};
 use crate::geometry::{detect_geometry, page_size};
+use crate::perf_abi::*;
 use crate::plan::{
     missing_core_pmu, select_plan, software_page_fault_plan, EventChoice, EventSpec, SourceRule,
 };

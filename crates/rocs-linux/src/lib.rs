@@ -3,7 +3,6 @@
 //! perf_event sampling and counting, cache geometry from /sys, perf.data import, and the
 //! client of the kernel shim (`kmod-shim/`); each implements a platform trait of rocs-core.
 
-pub mod abi;
 pub mod counters;
 pub mod cpu;
 pub mod datasrc;
@@ -11,6 +10,7 @@ pub mod decode;
 pub mod doctor;
 pub mod events;
 pub mod geometry;
+pub mod perf_abi;
 pub mod perfdata;
 pub mod plan;
 pub mod platform;

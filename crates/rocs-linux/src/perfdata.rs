@@ -18,8 +18,8 @@ use linux_perf_data::{PerfFileReader, PerfFileRecord, UserRecordType};
 use serde::Serialize;
 use thiserror::Error;
 
-use crate::abi::*;
 use crate::decode::{DecodeError, Decoded, Decoder, EventKind};
+use crate::perf_abi::*;
 use crate::plan::SourceRule;
 use crate::record::SampleFormat;
 use crate::ring::RawRecord;

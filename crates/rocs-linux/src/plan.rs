@@ -8,9 +8,9 @@ use rocs_core::DataSource;
 use serde::Serialize;
 use thiserror::Error;
 
-use crate::abi::*;
 use crate::cpu::{CpuInfo, KernelVersion, Vendor};
 use crate::datasrc::IbsDataSrcEncoding;
+use crate::perf_abi::*;
 use crate::pmu::{PmuDevice, PmuInventory};
 
 /// The family of an event plan.

@@ -3,7 +3,7 @@
 
 use byteorder::{ByteOrder, LittleEndian};
 
-use crate::abi::*;
+use crate::perf_abi::*;
 
 /// How the samples of one event are laid out, from its perf_event_attr.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -18,10 +18,10 @@ use rocs_core::{next_period, MemSample, Pid, SampleLoss, Sampler, SamplingPlan};
 use serde::Serialize;
 use thiserror::Error;
 
-use crate::abi::*;
 use crate::decode::{DecodeError, Decoded, Decoder, EventKind};
 use crate::doctor::{effective_caps, CAP_SYS_ADMIN};
 use crate::events::{explain_open_error, open_event, Target};
+use crate::perf_abi::*;
 use crate::plan::{EventPlan, EventSpec, PlanKind};
 use crate::record::SampleFormat;
 use crate::ring::Ring;

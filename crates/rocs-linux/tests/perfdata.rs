@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use rocs_linux::abi::*;
+use rocs_linux::perf_abi::*;
 use rocs_linux::perfdata::parse_perf_data;
 use rocs_linux::PerfDataError;
 

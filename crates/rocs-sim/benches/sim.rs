@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use criterion::measurement::{Measurement, ValueFormatter, WallTime};
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
-use rocs_sim::{Machine, MachineProfile, Scale, Workload};
+use rocs_sim::{Machine, MachineSpec, Scale, Workload};
 
 /// CPU time of the calling thread.
 fn thread_cpu_time() -> Duration {
@@ -73,7 +73,7 @@ fn bench_with<M: Measurement>(c: &mut Criterion<M>, group_name: &str) {
     let mut group = c.benchmark_group(group_name);
     group.sample_size(10);
     for (name, machine, scale) in CASES {
-        let Ok(profile) = MachineProfile::resolve(machine) else {
+        let Ok(profile) = MachineSpec::resolve(machine) else {
             eprintln!("{machine}: not built in here, skipped");
             continue;
         };

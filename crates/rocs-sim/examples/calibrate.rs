@@ -8,7 +8,7 @@
 
 use rocs_core::Placement;
 use rocs_core::Remapper;
-use rocs_sim::{Machine, MachineProfile, RunStats, Workload};
+use rocs_sim::{Machine, MachineSpec, RunStats, Workload};
 
 fn show(label: &str, m: &Machine, t: &RunStats) {
     println!(
@@ -42,7 +42,7 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(1.0);
     let w = w.scaled(scale);
-    let p = MachineProfile::resolve(args.get(1).map_or("ppc970fx", |s| s)).unwrap();
+    let p = MachineSpec::resolve(args.get(1).map_or("ppc970fx", |s| s)).unwrap();
     let t0 = std::time::Instant::now();
     let mut base = Machine::new(&p, &w, 1).unwrap();
     base.run_to_end().unwrap();

@@ -4,12 +4,12 @@
 //!     cargo run --release -p rocs-sim --example windows -- phased ppc970fx 100000000
 
 use rocs_core::Counters;
-use rocs_sim::{Machine, MachineProfile, Workload};
+use rocs_sim::{Machine, MachineSpec, Workload};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let w = Workload::resolve(args.first().map_or("phased", |s| s)).unwrap();
-    let p = MachineProfile::resolve(args.get(1).map_or("ppc970fx", |s| s)).unwrap();
+    let p = MachineSpec::resolve(args.get(1).map_or("ppc970fx", |s| s)).unwrap();
     let window: u64 = args.get(2).map_or(100_000_000, |s| s.parse().unwrap());
     let mut m = Machine::new(&p, &w, 1).unwrap();
     let pids = m.pids();

@@ -13,9 +13,9 @@ pub mod error;
 pub mod frames;
 pub mod machine;
 pub mod prefetch;
-pub mod profile;
 pub mod rng;
 pub mod size;
+pub mod spec;
 pub mod tlb;
 pub mod trace;
 pub mod workload;
@@ -25,10 +25,8 @@ pub use error::SimError;
 pub use machine::{
     Machine, ProcessStats, RegionStats, RunStats, TraceFormat, TraceInput, TraceSpec, FIRST_PID,
 };
-pub use profile::{
-    builtin_machines, Fill, LevelSpec, MachineProfile, PmuSpec, PrefetchSpec, TlbSpec,
-};
 pub use size::ByteSize;
+pub use spec::{builtin_machines, Fill, LevelSpec, MachineSpec, PmuSpec, PrefetchSpec, TlbSpec};
 pub use trace::{BinaryReader, BinaryWriter, LackeyReader, TraceEvent, TraceKind, TraceReader};
 pub use workload::{
     builtin_workloads, Pattern, PhaseSpec, ProcessSpec, RegionSpec, Scale, Workload,

@@ -4,7 +4,7 @@
 //! crosses a 4 KiB page). It sees the L2's demand references (the L1's misses) by physical
 //! line and says which lines to fetch; the hierarchy fetches them.
 
-use crate::profile::PrefetchSpec;
+use crate::spec::PrefetchSpec;
 
 /// The most lines one access may prefetch.
 pub const MAX_DEGREE: usize = 16;

@@ -1,7 +1,7 @@
 //! A set-associative data TLB (true LRU) and where a process's leaf page-table entries
 //! sit in physical memory, so that a miss can read its entry through the caches.
 
-use crate::profile::TlbSpec;
+use crate::spec::TlbSpec;
 
 const INVALID: u64 = u64::MAX;
 /// Bytes per page-table entry (x86-64 and AArch64 alike).

@@ -23,8 +23,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::error::SimError;
-use crate::profile::{looks_like_path, parse_toml, read_file, MachineProfile};
 use crate::size::ByteSize;
+use crate::spec::{looks_like_path, parse_toml, read_file, MachineSpec};
 
 /// How a region's addresses are walked.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -346,15 +346,11 @@ impl std::fmt::Display for Scale {
 }
 
 impl Scale {
-    /// `workload` as it runs on `profile`.
-    pub fn apply(
-        &self,
-        workload: &Workload,
-        profile: &MachineProfile,
-    ) -> Result<Workload, SimError> {
+    /// `workload` as it runs on `spec`.
+    pub fn apply(&self, workload: &Workload, spec: &MachineSpec) -> Result<Workload, SimError> {
         match *self {
             Scale::Length(v) => Ok(workload.scaled(v)),
-            Scale::Auto { length } => workload.auto_scaled(profile.llc.size.0, length),
+            Scale::Auto { length } => workload.auto_scaled(spec.llc.size.0, length),
         }
     }
 }
@@ -499,7 +495,7 @@ mod tests {
     #[test]
     fn sizes_follow_the_llc() {
         let art = Workload::resolve("art-like").unwrap();
-        let zen = MachineProfile::resolve("zen4-like").unwrap();
+        let zen = MachineSpec::resolve("zen4-like").unwrap();
         let auto: Scale = "auto:0.5".parse().unwrap();
         let w = auto.apply(&art, &zen).unwrap();
         // 32 MiB is 64 times ppc970fx's 512 KiB: the 2 MiB weights become 128 MiB, and

@@ -13,8 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use rocs_sim::{
-    BinaryWriter, Machine, MachineProfile, RunStats, TraceFormat, TraceInput, TraceReader,
-    TraceSpec,
+    BinaryWriter, Machine, MachineSpec, RunStats, TraceFormat, TraceInput, TraceReader, TraceSpec,
 };
 
 struct Geometry {
@@ -106,7 +105,7 @@ fn cachegrind_summary(path: &Path) -> std::collections::HashMap<String, u64> {
     events.iter().map(|e| e.to_string()).zip(values).collect()
 }
 
-fn profile_for(g: &Geometry) -> MachineProfile {
+fn profile_for(g: &Geometry) -> MachineSpec {
     let level = |(size, ways, line): (u64, u64, u64)| {
         format!("size = {size}\nline = {line}\nways = {ways}\npolicy = \"lru\"\n")
     };
@@ -116,7 +115,7 @@ fn profile_for(g: &Geometry) -> MachineProfile {
         level(g.d1),
         level(g.ll)
     );
-    MachineProfile::from_toml("cachegrind-geometry.toml", &text).unwrap()
+    MachineSpec::from_toml("cachegrind-geometry.toml", &text).unwrap()
 }
 
 fn within_1pct(what: &str, ours: u64, theirs: u64) {
@@ -140,7 +139,7 @@ fn convert(lackey: &Path, binary: &Path) {
     w.finish().unwrap();
 }
 
-fn replay(profile: &MachineProfile, trace: &Path, format: TraceFormat) -> RunStats {
+fn replay(profile: &MachineSpec, trace: &Path, format: TraceFormat) -> RunStats {
     let mut m = Machine::from_trace(
         profile,
         TraceSpec {

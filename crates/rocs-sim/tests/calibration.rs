@@ -7,12 +7,12 @@
 //! enough for that but narrow enough to fail if a workload stops behaving like its program.
 
 use rocs_core::{MissRateStack, PageProfile, Placement, Remapper, Sampler, SamplingPlan};
-use rocs_sim::{Machine, MachineProfile, RunStats, Workload};
+use rocs_sim::{Machine, MachineSpec, RunStats, Workload};
 
 const SCALE: f64 = 0.3;
 
-fn ppc() -> MachineProfile {
-    MachineProfile::resolve("ppc970fx").unwrap()
+fn ppc() -> MachineSpec {
+    MachineSpec::resolve("ppc970fx").unwrap()
 }
 
 fn workload(name: &str) -> Workload {

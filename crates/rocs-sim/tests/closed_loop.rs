@@ -10,7 +10,7 @@ use rocs_core::SearchMode;
 use rocs_sim::closed_loop::{
     compare, evaluate, run_baseline, run_rocs, EvalRow, LoopConfig, Modes,
 };
-use rocs_sim::{Machine, MachineProfile, Workload};
+use rocs_sim::{Machine, MachineSpec, Workload};
 
 const SCALE: f64 = 0.3;
 
@@ -25,7 +25,7 @@ fn config() -> LoopConfig {
 }
 
 fn eval(workload: &str) -> EvalRow {
-    let machine = MachineProfile::resolve("ppc970fx").unwrap();
+    let machine = MachineSpec::resolve("ppc970fx").unwrap();
     let w = Workload::resolve(workload).unwrap().scaled(SCALE);
     let make = || Machine::new(&machine, &w, 1);
     evaluate("ppc970fx", workload, &make, &config(), &mut |_| {}).unwrap()
@@ -42,7 +42,7 @@ struct NoGain {
 }
 
 fn no_gain(workload: &str, scale: f64) -> NoGain {
-    let machine = MachineProfile::resolve("ppc970fx").unwrap();
+    let machine = MachineSpec::resolve("ppc970fx").unwrap();
     let w = Workload::resolve(workload).unwrap().scaled(scale);
     let make = || Machine::new(&machine, &w, 1);
     let cfg = LoopConfig::default();
@@ -122,7 +122,7 @@ fn paper_figures_on_art_cg_and_mcf() {
 
 #[test]
 fn the_phased_workload_reprofiles_after_each_phase_change() {
-    let machine = MachineProfile::resolve("ppc970fx").unwrap();
+    let machine = MachineSpec::resolve("ppc970fx").unwrap();
     // Full length: its phases must each be long enough for a profile and a search.
     let w = Workload::resolve("phased").unwrap();
     let make = || Machine::new(&machine, &w, 1);
@@ -171,7 +171,7 @@ fn with_nothing_to_gain_on_xeon_like_rocs_loses_under_1_percent() {
     // xeon-like's 12 MB LLC holds these programs: only their cold start misses, and every
     // probe at k > 0 also squeezes the physically indexed L2. rocs must notice that k = 0
     // no longer misses and stop there. (Scale 0.5: at 0.3 cg-like is all cold start.)
-    let machine = MachineProfile::resolve("xeon-like").unwrap();
+    let machine = MachineSpec::resolve("xeon-like").unwrap();
     for workload in ["cg-like", "art-like"] {
         let w = Workload::resolve(workload).unwrap().scaled(0.5);
         let make = || Machine::new(&machine, &w, 1);
@@ -190,7 +190,7 @@ fn with_nothing_to_gain_on_xeon_like_rocs_loses_under_1_percent() {
 
 #[test]
 fn the_closed_loop_is_deterministic_for_a_seed() {
-    let machine = MachineProfile::resolve("ppc970fx").unwrap();
+    let machine = MachineSpec::resolve("ppc970fx").unwrap();
     let w = Workload::resolve("art-like").unwrap().scaled(0.1);
     let run = |seed| {
         let make = || Machine::new(&machine, &w, seed);
@@ -216,7 +216,7 @@ fn noisy_neighbour_tenants_take_turns_and_reach_the_oracle() {
     // gain is the victim's, from confining the neighbour's stream: only a search judged by
     // both tenants' throughput finds it. Full length (the stream's profile needs it; rocs
     // runs in about a second), with a coarse oracle grid to keep the oracle short.
-    let machine = MachineProfile::resolve("ppc970fx").unwrap();
+    let machine = MachineSpec::resolve("ppc970fx").unwrap();
     let w = Workload::resolve("noisy-neighbour").unwrap();
     let make = || Machine::new(&machine, &w, 1);
     let cfg = LoopConfig {

@@ -3,7 +3,7 @@
 use rocs_core::{
     Colour, Counters, DataSource, Errno, Placement, Remapper, Sampler, SamplingPlan, VirtPage,
 };
-use rocs_sim::{Machine, MachineProfile, Workload};
+use rocs_sim::{Machine, MachineSpec, Workload};
 
 const SMALL: &str = r#"
 name = "small"
@@ -24,7 +24,7 @@ share = 0.5
 "#;
 
 fn machine(seed: u64) -> Machine {
-    let p = MachineProfile::resolve("tiny").unwrap();
+    let p = MachineSpec::resolve("tiny").unwrap();
     let w = Workload::from_toml("small.toml", SMALL).unwrap();
     Machine::new(&p, &w, seed).unwrap()
 }
@@ -133,7 +133,7 @@ fn machine_can_move_to_another_thread() {
 fn a_trace_replays_with_frames_and_its_pages_can_be_migrated() {
     use rocs_sim::{TraceFormat, TraceInput, TraceSpec};
     let trace = "I  00400000,4\n L 00801000,8\n S 00802000,8\n L 00801ffc,8\n";
-    let p = MachineProfile::resolve("tiny").unwrap();
+    let p = MachineSpec::resolve("tiny").unwrap();
     let mut m = Machine::from_trace(
         &p,
         TraceSpec {
@@ -161,7 +161,7 @@ fn a_trace_replays_with_frames_and_its_pages_can_be_migrated() {
 
 #[test]
 fn sampling_stays_within_its_cpu_budget_by_raising_the_period() {
-    let p = MachineProfile::resolve("tiny").unwrap();
+    let p = MachineSpec::resolve("tiny").unwrap();
     let w = Workload::from_toml("small.toml", SMALL)
         .unwrap()
         .scaled(20.0);
@@ -194,7 +194,7 @@ fn sampling_stays_within_its_cpu_budget_by_raising_the_period() {
 
 #[test]
 fn ipc_noise_perturbs_window_counts_but_not_the_run() {
-    let p = MachineProfile::resolve("xeon-like").unwrap();
+    let p = MachineSpec::resolve("xeon-like").unwrap();
     assert!(p.pmu.ipc_noise > 0.0);
     let w = Workload::from_toml("small.toml", SMALL).unwrap();
     let mut m = Machine::new(&p, &w, 1).unwrap();

@@ -5,13 +5,13 @@
 //! while sampling (ROCS Fig. 4: prefetched lines hide a stream from the profile).
 
 use rocs_core::{Sampler, SamplingPlan};
-use rocs_sim::{Machine, MachineProfile, RunStats, Workload};
+use rocs_sim::{Machine, MachineSpec, RunStats, Workload};
 
 const PAGES: u64 = 16;
 
 /// A machine whose caches hold everything the scan touches (no capacity misses), with the
 /// prefetcher and the TLB as asked.
-fn machine(prefetch: bool, off_while_sampling: bool, tlb: bool) -> MachineProfile {
+fn machine(prefetch: bool, off_while_sampling: bool, tlb: bool) -> MachineSpec {
     machine_with(prefetch, off_while_sampling, tlb, "lru")
 }
 
@@ -20,7 +20,7 @@ fn machine_with(
     off_while_sampling: bool,
     tlb: bool,
     llc_policy: &str,
-) -> MachineProfile {
+) -> MachineSpec {
     let mut text = format!(
         "name = \"models\"\nclock_ghz = 1.0\nbase_cpi = 1.0\npage_size = \"4KiB\"\nmemory = \"64MiB\"\nmemory_latency = 200\n\
          [l1d]\nsize = \"4KiB\"\nline = 64\nways = 4\n\
@@ -35,7 +35,7 @@ fn machine_with(
     if tlb {
         text += "[tlb]\nentries = 64\nways = 4\nwalk_cycles = 20\n";
     }
-    MachineProfile::from_toml("models.toml", &text).unwrap()
+    MachineSpec::from_toml("models.toml", &text).unwrap()
 }
 
 /// One pass over `PAGES` pages, one access per 64-byte line.
@@ -48,7 +48,7 @@ fn scan() -> Workload {
     Workload::from_toml("scan.toml", &text).unwrap()
 }
 
-fn run(profile: &MachineProfile, sampling: bool) -> RunStats {
+fn run(profile: &MachineSpec, sampling: bool) -> RunStats {
     let mut m = Machine::new(profile, &scan(), 1).unwrap();
     if sampling {
         let pid = m.pids()[0];

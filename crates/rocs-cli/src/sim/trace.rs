@@ -14,9 +14,7 @@ use anyhow::Context;
 use clap::{Args, Subcommand, ValueEnum};
 use rocs_sim::closed_loop;
 use rocs_sim::trace::TraceFormat;
-use rocs_sim::{
-    BinaryWriter, Machine, MachineProfile, SimError, TraceInput, TraceReader, TraceSpec,
-};
+use rocs_sim::{BinaryWriter, Machine, MachineSpec, SimError, TraceInput, TraceReader, TraceSpec};
 
 use super::progress::{self, Steps};
 use super::{modes_of, LoopArgs, Mode, ModeReport, RunReport};
@@ -160,7 +158,7 @@ fn write_binary(reader: &mut TraceReader, path: &Path) -> anyhow::Result<(u64, u
 }
 
 fn replay(args: TraceArgs) -> anyhow::Result<ExitCode> {
-    let profile = MachineProfile::resolve(&args.machine)?;
+    let profile = MachineSpec::resolve(&args.machine)?;
     if args.record {
         let Some(save) = &args.save else {
             return replay_recording(&args, &profile);
@@ -188,7 +186,7 @@ fn replay(args: TraceArgs) -> anyhow::Result<ExitCode> {
     replay_file(&args, &profile, &file)
 }
 
-fn replay_file(args: &TraceArgs, profile: &MachineProfile, file: &str) -> anyhow::Result<ExitCode> {
+fn replay_file(args: &TraceArgs, profile: &MachineSpec, file: &str) -> anyhow::Result<ExitCode> {
     let format = if args.record {
         TraceFormat::Binary
     } else {
@@ -239,7 +237,7 @@ fn replay_file(args: &TraceArgs, profile: &MachineProfile, file: &str) -> anyhow
 
 fn replay_baseline(
     args: &TraceArgs,
-    profile: &MachineProfile,
+    profile: &MachineSpec,
     name: &str,
     input: TraceInput,
     format: TraceFormat,
@@ -266,7 +264,7 @@ fn replay_baseline(
 }
 
 /// `--record` without `--save`: lackey's output streams into the simulator.
-fn replay_recording(args: &TraceArgs, profile: &MachineProfile) -> anyhow::Result<ExitCode> {
+fn replay_recording(args: &TraceArgs, profile: &MachineSpec) -> anyhow::Result<ExitCode> {
     if args.mode != Mode::Baseline {
         anyhow::bail!(
             "--mode {} replays the trace several times but --record streams it once: add --save FILE",

@@ -159,7 +159,7 @@ pub fn evaluate_modern(
         progress,
     )?);
     if probe
-        .profile()
+        .spec()
         .prefetch
         .as_ref()
         .is_some_and(|p| p.off_while_sampling)

@@ -6,8 +6,8 @@ use super::{ProcState, FP};
 use crate::cache::Cache;
 use crate::error::SimError;
 use crate::frames::FrameAllocator;
-use crate::profile::MachineProfile;
 use crate::rng::Rng;
+use crate::spec::MachineSpec;
 use crate::workload::{Pattern, Workload};
 
 /// Virtual address of a generated process's first region.
@@ -122,14 +122,14 @@ impl GenProc {
     /// Process `i` of `workload`: its regions get frames from `frames` (in the allocator's
     /// shuffled order), its pointer chases a random cycle from `rng`.
     pub(super) fn build(
-        profile: &MachineProfile,
+        machine: &MachineSpec,
         workload: &Workload,
         i: usize,
         allocator: &mut FrameAllocator,
         rng: &mut Rng,
     ) -> Result<GenProc, SimError> {
         let spec = &workload.processes[i];
-        let page_size = profile.page_size.0;
+        let page_size = machine.page_size.0;
         let mut regions = Vec::new();
         let mut va = REGION_BASE;
         for r in &spec.regions {
@@ -139,7 +139,7 @@ impl GenProc {
                 frames.push(allocator.alloc_any().ok_or_else(|| {
                     SimError::OutOfFrames(format!(
                         "workload '{}' needs more than the machine's {} of memory",
-                        workload.name, profile.memory
+                        workload.name, machine.memory
                     ))
                 })?);
             }
@@ -182,8 +182,8 @@ impl GenProc {
                 pattern,
                 write_threshold: (r.write_fraction * u32::MAX as f64) as u32,
                 instr_fp: fp(r.instructions_per_access),
-                base_fp: fp(r.instructions_per_access * profile.base_cpi),
-                mem_fp: fp(profile.memory_latency as f64 / r.mlp),
+                base_fp: fp(r.instructions_per_access * machine.base_cpi),
+                mem_fp: fp(machine.memory_latency as f64 / r.mlp),
                 accesses: 0,
                 llc_accesses: 0,
                 llc_misses: 0,

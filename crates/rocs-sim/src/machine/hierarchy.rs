@@ -5,7 +5,7 @@ use super::stats::Counts;
 use super::FP_SHIFT;
 use crate::cache::Cache;
 use crate::prefetch::{Prefetcher, MAX_DEGREE};
-use crate::profile::{Fill, LevelSpec, MachineProfile};
+use crate::spec::{Fill, LevelSpec, MachineSpec};
 use crate::tlb::Tlb;
 use rocs_core::CacheGeometry;
 
@@ -29,7 +29,7 @@ pub(super) struct Core {
 /// A core's prefetcher, TLB, how the LLC is filled, and its process's LLC way mask.
 pub(super) struct Modern {
     pub(super) prefetch: Option<Prefetcher>,
-    /// The prefetcher is switched off (while the PMU samples, if the profile says so).
+    /// The prefetcher is switched off (while the PMU samples, if the spec says so).
     pub(super) prefetch_paused: bool,
     pub(super) tlb: Option<Tlb>,
     pub(super) fill: Fill,
@@ -162,9 +162,9 @@ pub(super) fn instr_ref(
     }
 }
 
-pub(super) fn build_cache(profile: &MachineProfile, l: &LevelSpec) -> Cache {
-    let g = CacheGeometry::from_size(l.size.0, l.line.0, l.ways, l.slices, profile.page_size.0)
-        .expect("validated profile");
+pub(super) fn build_cache(spec: &MachineSpec, l: &LevelSpec) -> Cache {
+    let g = CacheGeometry::from_size(l.size.0, l.line.0, l.ways, l.slices, spec.page_size.0)
+        .expect("validated spec");
     Cache::new(g, l.policy)
 }
 
@@ -297,14 +297,14 @@ pub(super) fn modern_ref(
     (served, walk_fp)
 }
 
-pub(super) fn build_modern(profile: &MachineProfile, llc: &Cache) -> Modern {
-    let line = profile.l2.as_ref().map_or(profile.llc.line.0, |l| l.line.0);
+pub(super) fn build_modern(spec: &MachineSpec, llc: &Cache) -> Modern {
+    let line = spec.l2.as_ref().map_or(spec.llc.line.0, |l| l.line.0);
     Modern {
-        prefetch: profile.prefetch.as_ref().map(|p| Prefetcher::new(p, line)),
+        prefetch: spec.prefetch.as_ref().map(|p| Prefetcher::new(p, line)),
         prefetch_paused: false,
         // The TLB needs the process's page tables: the machine adds it once it has them.
         tlb: None,
-        fill: profile.llc.fill,
+        fill: spec.llc.fill,
         llc_mask: llc.all_ways(),
         llc_all_ways: llc.all_ways(),
     }

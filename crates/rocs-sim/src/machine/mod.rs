@@ -24,8 +24,8 @@ pub use stats::{Counts, ProcessStats, RegionStats, RunStats};
 use crate::cache::Cache;
 use crate::error::SimError;
 use crate::frames::FrameAllocator;
-use crate::profile::MachineProfile;
 use crate::rng::{splitmix64, Rng};
+use crate::spec::MachineSpec;
 use crate::workload::Workload;
 use generator::GenProc;
 use hierarchy::{build_cache, build_modern, Core, Timing};
@@ -65,7 +65,7 @@ struct Process {
 
 /// A simulated machine running a workload.
 pub struct Machine {
-    profile: MachineProfile,
+    spec: MachineSpec,
     workload_name: String,
     seed: u64,
     llc: Cache,
@@ -84,27 +84,23 @@ pub struct Machine {
 }
 
 impl Machine {
-    fn empty(
-        profile: &MachineProfile,
-        workload_name: String,
-        seed: u64,
-    ) -> Result<Machine, SimError> {
-        profile.validate(&profile.name)?;
+    fn empty(spec: &MachineSpec, workload_name: String, seed: u64) -> Result<Machine, SimError> {
+        spec.validate(&spec.name)?;
         let mut rng = Rng::new(seed);
-        let llc = build_cache(profile, &profile.llc);
+        let llc = build_cache(spec, &spec.llc);
         let colours = llc.geometry().colours();
-        let frames = (profile.memory.0 / profile.page_size.0) as u32;
+        let frames = (spec.memory.0 / spec.page_size.0) as u32;
         let frames = FrameAllocator::new(frames, colours, &mut rng);
         let fp = |cycles: f64| (cycles * FP as f64).round() as u64;
         let timing = Timing {
-            l1: fp(profile.l1d.latency as f64),
-            l2: fp(profile.l2.as_ref().map_or(0, |l| l.latency) as f64),
-            llc: fp(profile.llc.latency as f64),
-            mem: fp(profile.memory_latency as f64),
-            base_per_instr: fp(profile.base_cpi),
-            sample_cost: profile.pmu.sample_cost_cycles as u64,
-            jitter: profile.pmu.jitter,
-            ring: profile.pmu.ring_samples,
+            l1: fp(spec.l1d.latency as f64),
+            l2: fp(spec.l2.as_ref().map_or(0, |l| l.latency) as f64),
+            llc: fp(spec.llc.latency as f64),
+            mem: fp(spec.memory_latency as f64),
+            base_per_instr: fp(spec.base_cpi),
+            sample_cost: spec.pmu.sample_cost_cycles as u64,
+            jitter: spec.pmu.jitter,
+            ring: spec.pmu.ring_samples,
         };
         let mut m = Machine {
             workload_name,
@@ -116,22 +112,22 @@ impl Machine {
             is_pollute: vec![false; colours as usize],
             rng,
             now: 0,
-            page_shift: profile.page_size.0.trailing_zeros(),
+            page_shift: spec.page_size.0.trailing_zeros(),
             timing,
-            migration_cycles: profile.migration_cycles(),
-            ipc_noise: profile.pmu.ipc_noise,
-            prefetch_off_while_sampling: profile
+            migration_cycles: spec.migration_cycles(),
+            ipc_noise: spec.pmu.ipc_noise,
+            prefetch_off_while_sampling: spec
                 .prefetch
                 .as_ref()
                 .is_some_and(|p| p.off_while_sampling),
-            profile: profile.clone(),
+            spec: spec.clone(),
         };
         m.set_pollute_colours(&[Colour(colours - 1)])?;
         Ok(m)
     }
 
     fn new_state(&self, i: usize) -> ProcState {
-        let p = &self.profile;
+        let p = &self.spec;
         let mut s = self.seed ^ (i as u64).wrapping_mul(0xA076_1D64_78BD_642F);
         ProcState {
             pid: FIRST_PID + i as Pid,
@@ -163,21 +159,17 @@ impl Machine {
         }
     }
 
-    /// A machine of `profile` running `workload`; everything random follows from `seed`.
-    pub fn new(
-        profile: &MachineProfile,
-        workload: &Workload,
-        seed: u64,
-    ) -> Result<Machine, SimError> {
-        let workload = &workload.sized_for(profile.llc.size.0);
+    /// A machine of `spec` running `workload`; everything random follows from `seed`.
+    pub fn new(spec: &MachineSpec, workload: &Workload, seed: u64) -> Result<Machine, SimError> {
+        let workload = &workload.sized_for(spec.llc.size.0);
         workload.validate(&workload.name)?;
-        let mut m = Machine::empty(profile, workload.name.clone(), seed)?;
-        for (i, spec) in workload.processes.iter().enumerate() {
+        let mut m = Machine::empty(spec, workload.name.clone(), seed)?;
+        for (i, process) in workload.processes.iter().enumerate() {
             let mut st = m.new_state(i);
-            let gen = GenProc::build(profile, workload, i, &mut m.frames, &mut st.rng)?;
+            let gen = GenProc::build(spec, workload, i, &mut m.frames, &mut st.rng)?;
             st.core.modern.tlb = m.tlb_for(&gen)?;
             m.procs.push(Process {
-                name: spec.name.clone(),
+                name: process.name.clone(),
                 source: Source::Gen(gen),
                 st,
             });
@@ -187,19 +179,19 @@ impl Machine {
 
     /// A machine replaying a trace as one process.
     pub fn from_trace(
-        profile: &MachineProfile,
+        spec: &MachineSpec,
         trace: TraceSpec,
         seed: u64,
     ) -> Result<Machine, SimError> {
-        if profile.has_modern_models() {
+        if spec.has_modern_models() {
             return Err(SimError::Unsupported(format!(
                 "machine '{}': trace replay models no prefetcher, TLB or victim LLC (it is kept \
                  exact against cachegrind); use a machine without [prefetch], [tlb] and llc.fill",
-                profile.name
+                spec.name
             )));
         }
-        let (proc, name) = TraceProc::open(profile, trace)?;
-        let mut m = Machine::empty(profile, name.clone(), seed)?;
+        let (proc, name) = TraceProc::open(spec, trace)?;
+        let mut m = Machine::empty(spec, name.clone(), seed)?;
         let st = m.new_state(0);
         m.procs.push(Process {
             name,
@@ -209,8 +201,8 @@ impl Machine {
         Ok(m)
     }
 
-    pub fn profile(&self) -> &MachineProfile {
-        &self.profile
+    pub fn spec(&self) -> &MachineSpec {
+        &self.spec
     }
 
     pub fn workload_name(&self) -> &str {

@@ -11,7 +11,7 @@ impl Machine {
     /// frames from the allocator (shuffled like the data's, so they compete for the LLC
     /// like any page), one per `page_size / 8` pages of the process's address range.
     pub(super) fn tlb_for(&mut self, gen: &GenProc) -> Result<Option<Tlb>, SimError> {
-        let Some(spec) = self.profile.tlb.clone() else {
+        let Some(spec) = self.spec.tlb.clone() else {
             return Ok(None);
         };
         let shift = self.page_shift;
@@ -28,7 +28,7 @@ impl Machine {
             tables.push(self.frames.alloc_any().ok_or_else(|| {
                 SimError::OutOfFrames(format!(
                     "no frame left for the page tables on '{}' ({} of memory)",
-                    self.profile.name, self.profile.memory
+                    self.spec.name, self.spec.memory
                 ))
             })?);
         }
@@ -37,7 +37,7 @@ impl Machine {
     }
 
     /// Whether a process's L2 prefetcher is switched off while its PMU samples (the
-    /// profile's `prefetch.off_while_sampling` sets the default). Applies from the next
+    /// spec's `prefetch.off_while_sampling` sets the default). Applies from the next
     /// `Sampler::start`.
     pub fn set_prefetch_off_while_sampling(&mut self, off: bool) {
         self.prefetch_off_while_sampling = off;

@@ -144,7 +144,7 @@ impl Sampler for Machine {
 
     fn drain(&mut self, pid: Pid, out: &mut Vec<MemSample>) -> Result<SampleLoss, SimError> {
         let i = self.proc_index(pid)?;
-        let clock_ghz = self.profile.clock_ghz;
+        let clock_ghz = self.spec.clock_ghz;
         let st = &mut self.procs[i].st;
         let spent = st.c.sampling_overhead_cycles;
         let pmu = &mut st.pmu;

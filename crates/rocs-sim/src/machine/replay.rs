@@ -12,7 +12,7 @@ use super::{ProcState, FP};
 use crate::cache::Cache;
 use crate::error::SimError;
 use crate::frames::FrameAllocator;
-use crate::profile::MachineProfile;
+use crate::spec::MachineSpec;
 pub use crate::trace::TraceFormat;
 use crate::trace::{TraceKind, TraceReader};
 
@@ -58,9 +58,9 @@ pub(super) struct TraceProc {
 }
 
 impl TraceProc {
-    /// The process that replays `trace` on a machine of `profile`, and its name.
+    /// The process that replays `trace` on a machine of `spec`, and its name.
     pub(super) fn open(
-        profile: &MachineProfile,
+        spec: &MachineSpec,
         trace: TraceSpec,
     ) -> Result<(TraceProc, String), SimError> {
         if trace.repeat == 0 {
@@ -83,10 +83,10 @@ impl TraceProc {
         }
         // Sizes are clamped to the smallest line, as cachegrind does.
         let max_size = [
-            Some(&profile.l1d),
-            profile.l1i.as_ref(),
-            profile.l2.as_ref(),
-            Some(&profile.llc),
+            Some(&spec.l1d),
+            spec.l1i.as_ref(),
+            spec.l2.as_ref(),
+            Some(&spec.llc),
         ]
         .into_iter()
         .flatten()

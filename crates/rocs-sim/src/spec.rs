@@ -1,4 +1,4 @@
-//! Machine profiles: the caches, latencies, clock, memory and PMU of a simulated machine,
+//! Machine specs: the caches, latencies, clock, memory and PMU of a simulated machine,
 //! read from TOML. A few are built in (`ppc970fx`, `xeon-like`, `tiny`).
 
 use std::path::Path;
@@ -10,7 +10,7 @@ use crate::cache::Policy;
 use crate::error::{toml_error, SimError};
 use crate::size::ByteSize;
 
-/// One cache level of a profile.
+/// One cache level of a machine spec.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LevelSpec {
@@ -135,7 +135,7 @@ fn default_migration_ns() -> f64 {
 /// A simulated machine.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct MachineProfile {
+pub struct MachineSpec {
     pub name: String,
     #[serde(default)]
     pub description: String,
@@ -182,7 +182,7 @@ const BUILTIN_MACHINES: &[(&str, &str)] = &[
     ),
 ];
 
-/// Names of the built-in machine profiles.
+/// Names of the built-in machine specs.
 pub fn builtin_machines() -> Vec<&'static str> {
     BUILTIN_MACHINES.iter().map(|(n, _)| *n).collect()
 }
@@ -206,9 +206,9 @@ pub(crate) fn read_file(path: &str) -> Result<String, SimError> {
     })
 }
 
-impl MachineProfile {
-    /// A built-in profile by name, or a TOML file by path.
-    pub fn resolve(name_or_path: &str) -> Result<MachineProfile, SimError> {
+impl MachineSpec {
+    /// A built-in machine spec by name, or a TOML file by path.
+    pub fn resolve(name_or_path: &str) -> Result<MachineSpec, SimError> {
         if let Some((name, text)) = BUILTIN_MACHINES.iter().find(|(n, _)| *n == name_or_path) {
             return Self::from_toml(&format!("builtin:{name}.toml"), text);
         }
@@ -222,9 +222,9 @@ impl MachineProfile {
         })
     }
 
-    /// Parse and validate a profile; `file` names it in errors.
-    pub fn from_toml(file: &str, text: &str) -> Result<MachineProfile, SimError> {
-        let p: MachineProfile = parse_toml(file, text)?;
+    /// Parse and validate a machine spec; `file` names it in errors.
+    pub fn from_toml(file: &str, text: &str) -> Result<MachineSpec, SimError> {
+        let p: MachineSpec = parse_toml(file, text)?;
         p.validate(file)?;
         Ok(p)
     }
@@ -250,7 +250,7 @@ impl MachineProfile {
             .map_err(geo)
     }
 
-    /// Check that the profile describes a machine that can exist.
+    /// Check that the spec describes a machine that can exist.
     pub fn validate(&self, file: &str) -> Result<(), SimError> {
         let invalid = |message: String| SimError::Invalid {
             file: file.to_string(),
@@ -377,10 +377,10 @@ impl MachineProfile {
         self.prefetch.is_some() || self.tlb.is_some() || self.llc.fill != Fill::OnMiss
     }
 
-    /// Geometry of a level; the profile was validated, so this cannot fail.
+    /// Geometry of a level; the spec was validated, so this cannot fail.
     fn geometry_of(&self, l: &LevelSpec) -> CacheGeometry {
         CacheGeometry::from_size(l.size.0, l.line.0, l.ways, l.slices, self.page_size.0)
-            .expect("validated profile")
+            .expect("validated spec")
     }
 
     pub fn llc_geometry(&self) -> CacheGeometry {
@@ -410,9 +410,9 @@ mod tests {
     #[test]
     fn builtins_parse_and_ppc970fx_matches_rocs_table_1() {
         for name in builtin_machines() {
-            MachineProfile::resolve(name).unwrap();
+            MachineSpec::resolve(name).unwrap();
         }
-        let p = MachineProfile::resolve("ppc970fx").unwrap();
+        let p = MachineSpec::resolve("ppc970fx").unwrap();
         let g = p.llc_geometry();
         assert_eq!(
             (g.size(), g.ways, g.line_size, g.colours()),
@@ -422,7 +422,7 @@ mod tests {
         assert_eq!((l1.size(), l1.ways, l1.line_size), (32 << 10, 2, 128));
         assert_eq!((p.llc.latency, p.memory_latency), (12, 300));
         assert_eq!(p.migration_cycles(), 4600);
-        let x = MachineProfile::resolve("xeon-like").unwrap();
+        let x = MachineSpec::resolve("xeon-like").unwrap();
         assert_eq!(x.llc_geometry().colours(), 32);
         assert!(x.llc_geometry().slices > 1);
         assert_ne!(x.llc.policy, Policy::Lru);
@@ -430,14 +430,14 @@ mod tests {
 
     #[test]
     fn unknown_name_lists_the_known_ones() {
-        let e = MachineProfile::resolve("pdp11").unwrap_err().to_string();
+        let e = MachineSpec::resolve("pdp11").unwrap_err().to_string();
         assert!(e.contains("ppc970fx") && e.contains("xeon-like"), "{e}");
     }
 
     #[test]
     fn impossible_geometry_is_refused_with_reason() {
         let text = include_str!("../machines/tiny.toml").replace("ways = 4", "ways = 3");
-        let e = MachineProfile::from_toml("bad.toml", &text)
+        let e = MachineSpec::from_toml("bad.toml", &text)
             .unwrap_err()
             .to_string();
         assert!(
@@ -448,7 +448,7 @@ mod tests {
 
     #[test]
     fn malformed_toml_says_line_and_column() {
-        let e = MachineProfile::from_toml("m.toml", "name = \"x\"\nclock_ghz = = 2\n")
+        let e = MachineSpec::from_toml("m.toml", "name = \"x\"\nclock_ghz = = 2\n")
             .unwrap_err()
             .to_string();
         assert!(e.starts_with("m.toml:2:"), "{e}");
