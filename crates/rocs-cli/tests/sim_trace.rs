@@ -141,6 +141,70 @@ fn stderr_not_a_terminal_gets_no_progress_bar() {
     );
 }
 
+#[test]
+fn several_traces_are_tenants_replayed_in_a_loop() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (dir.path().join("a.lackey"), dir.path().join("b.rtrace"));
+    write_lackey(&a);
+    let (a, b) = (a.to_str().unwrap(), b.to_str().unwrap());
+    assert!(run(&["sim", "trace", "convert", a, b]).0);
+    let length = 50_001u64;
+    let n = length.to_string();
+    let args = ["sim", "trace", a, b, "--machine", "tiny", "--length", &n];
+    let group = baseline(&[&args[..], &["--json"]].concat());
+    let tenants = group["processes"].as_array().unwrap();
+    assert_eq!(tenants.len(), 2, "{group}");
+    let count = |v: &Value, c: &str| v[c].as_u64().unwrap();
+    for (t, name) in tenants.iter().zip([a, b]) {
+        assert_eq!(t["name"], name);
+        assert_eq!(
+            count(t, "instructions") + count(t, "l1d_accesses"),
+            length,
+            "each tenant replays {length} references, its trace (~20000) looped: {t}"
+        );
+    }
+    for c in ["instructions", "l1d_misses", "llc_misses"] {
+        assert_eq!(
+            count(&group, c),
+            count(&tenants[0], c) + count(&tenants[1], c),
+            "{c}: the group is its tenants"
+        );
+    }
+    // The same trace twice: the tenants compete for the LLC, so each misses there more
+    // than the trace alone does over the same references.
+    let alone = baseline(&[
+        "sim",
+        "trace",
+        a,
+        "--machine",
+        "tiny",
+        "--length",
+        &n,
+        "--json",
+    ]);
+    assert!(
+        count(&tenants[0], "llc_misses") > count(&alone, "llc_misses"),
+        "{} beside a neighbour vs {} alone",
+        tenants[0]["llc_misses"],
+        alone["llc_misses"]
+    );
+    let (ok, out, err) = run(&args);
+    assert!(
+        ok && out.contains("pid 1000") && out.contains("pid 1001"),
+        "{out}{err}"
+    );
+
+    let (ok, _, err) = run(&["sim", "trace", a, "-"]);
+    assert!(
+        !ok && err.contains("standard input (-) can only be the one trace"),
+        "{err}"
+    );
+    let (ok, _, err) = run(&["sim", "trace", a, "--length", "10", "--repeat", "2"]);
+    assert!(!ok && err.contains("cannot be used with"), "{err}");
+    let (ok, _, err) = run(&["sim", "trace", a, "--length", "0"]);
+    assert!(!ok && err.contains("--length"), "{err}");
+}
+
 fn have_valgrind() -> bool {
     std::process::Command::new("valgrind")
         .arg("--version")

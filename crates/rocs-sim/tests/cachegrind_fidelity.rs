@@ -146,6 +146,7 @@ fn replay(profile: &MachineSpec, trace: &Path, format: TraceFormat) -> RunStats 
             input: TraceInput::File(trace.to_path_buf()),
             format,
             repeat: 1,
+            length: None,
             identity_map: true,
         },
         1,

@@ -140,6 +140,7 @@ fn a_trace_replays_with_frames_and_its_pages_can_be_migrated() {
             input: TraceInput::Reader(Box::new(std::io::Cursor::new(trace.as_bytes().to_vec()))),
             format: TraceFormat::Lackey,
             repeat: 1,
+            length: None,
             identity_map: false,
         },
         1,

@@ -1,5 +1,5 @@
 //! `rocsctl sim trace`: replay a real program's memory trace (valgrind lackey's text or
-//! rocs's binary format), record one with `--record -- PROGRAM ARGS...` (valgrind's lackey
+//! rocs's binary format), or several as processes sharing the LLC, record one with `--record -- PROGRAM ARGS...` (valgrind's lackey
 //! streaming through a pipe into the simulator), or convert one to the binary format.
 
 use std::fs::File;
@@ -51,9 +51,10 @@ struct TraceArgs {
     /// Trace format.
     #[arg(long, value_enum, default_value_t = TraceFormatArg::Auto)]
     format: TraceFormatArg,
-    /// Trace file, or - for standard input.
-    #[arg(required_unless_present = "record", conflicts_with = "record")]
-    file: Option<String>,
+    /// Trace file, or - for standard input; several traces are processes sharing the LLC,
+    /// each on its own core (give --length so that they share it to the end).
+    #[arg(required_unless_present = "record", conflicts_with = "record", num_args = 1..)]
+    files: Vec<String>,
     /// Run the program given after `--` under valgrind's lackey and replay its accesses as
     /// they come, through a pipe (no trace file is written unless --save says where).
     #[arg(long, requires = "program")]
@@ -72,8 +73,13 @@ struct TraceArgs {
     #[arg(long)]
     identity_map: bool,
     /// Replay the trace this many times (a file only).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, conflicts_with = "length")]
     repeat: u32,
+    /// Replay each trace in a loop until it has given N references (trace lines: instruction
+    /// fetches and data accesses), so that tenants of different lengths share the LLC to
+    /// the end (trace files only).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    length: Option<u64>,
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// What to run (modes other than baseline need a trace file: they replay it again).
@@ -177,78 +183,81 @@ fn replay(args: TraceArgs) -> anyhow::Result<ExitCode> {
             "saved {events} events in {} ({bytes} bytes)",
             save.display()
         );
-        return replay_file(&args, &profile, &save.display().to_string());
+        return replay_files(&args, &profile, &[save.display().to_string()]);
     }
-    let file = args
-        .file
-        .clone()
-        .expect("clap requires FILE without --record");
-    replay_file(&args, &profile, &file)
+    replay_files(&args, &profile, &args.files)
 }
 
-fn replay_file(args: &TraceArgs, profile: &MachineSpec, file: &str) -> anyhow::Result<ExitCode> {
+fn replay_files(
+    args: &TraceArgs,
+    profile: &MachineSpec,
+    files: &[String],
+) -> anyhow::Result<ExitCode> {
     let format = if args.record {
         TraceFormat::Binary
     } else {
         args.format.format()
     };
+    let stdin = files.iter().any(|f| f == "-");
+    if stdin && files.len() > 1 {
+        anyhow::bail!("standard input (-) can only be the one trace: give trace files");
+    }
+    if stdin && args.length.is_some() {
+        anyhow::bail!(
+            "--length replays the trace in a loop: give a trace file, not standard input"
+        );
+    }
+    let spec_of = |file: &String| TraceSpec {
+        input: TraceInput::File(PathBuf::from(file)),
+        format,
+        repeat: args.repeat,
+        length: args.length,
+        identity_map: args.identity_map,
+    };
     if args.mode != Mode::Baseline {
-        if file == "-" {
+        if stdin {
             anyhow::bail!(
                 "--mode {} replays the trace several times: give a trace file, not standard input",
                 args.mode.name()
             );
         }
         let cfg = args.closed_loop.config()?;
-        let path = PathBuf::from(file);
         let make = || -> Result<Machine, SimError> {
-            Machine::from_trace(
-                profile,
-                TraceSpec {
-                    input: TraceInput::File(path.clone()),
-                    format,
-                    repeat: args.repeat,
-                    identity_map: args.identity_map,
-                },
-                args.seed,
-            )
+            Machine::from_traces(profile, files.iter().map(spec_of).collect(), args.seed)
         };
         let name = make()?.workload_name().to_string();
         let steps = Steps::new(None);
         let c = closed_loop::compare(&make, &cfg, modes_of(args.mode), &mut |what: &str| {
             steps.step(&format!("{name}: {what}"))
         })
-        .with_context(|| format!("replaying {file} in mode {}", args.mode.name()));
+        .with_context(|| format!("replaying {name} in mode {}", args.mode.name()));
         steps.finish();
         let report = RunReport::from_comparison(name, profile.name.clone(), args.seed, c?);
         report.emit(args.json)?;
         return Ok(ExitCode::SUCCESS);
     }
-    // One pass reads through a progress bar; more reopen the file each time.
-    let input = if args.repeat == 1 {
-        TraceInput::Reader(open_input(file)?)
-    } else if file == "-" {
-        TraceInput::Stdin
-    } else {
-        TraceInput::File(PathBuf::from(file))
+    let specs = match files {
+        // One pass of one trace reads through a progress bar; loops reopen the file.
+        [file] if args.repeat == 1 && args.length.is_none() => vec![TraceSpec {
+            input: TraceInput::Reader(open_input(file)?),
+            ..spec_of(file)
+        }],
+        [file] if stdin => vec![TraceSpec {
+            input: TraceInput::Stdin,
+            ..spec_of(file)
+        }],
+        _ => files.iter().map(spec_of).collect(),
     };
-    replay_baseline(args, profile, file, input, format)
+    replay_baseline(args, profile, &files.join(" + "), specs)
 }
 
 fn replay_baseline(
     args: &TraceArgs,
     profile: &MachineSpec,
     name: &str,
-    input: TraceInput,
-    format: TraceFormat,
+    traces: Vec<TraceSpec>,
 ) -> anyhow::Result<ExitCode> {
-    let spec = TraceSpec {
-        input,
-        format,
-        repeat: args.repeat,
-        identity_map: args.identity_map,
-    };
-    let mut m = Machine::from_trace(profile, spec, args.seed)?;
+    let mut m = Machine::from_traces(profile, traces, args.seed)?;
     let start = Instant::now();
     m.run_to_end()
         .with_context(|| format!("replaying {name}"))?;
@@ -271,24 +280,24 @@ fn replay_recording(args: &TraceArgs, profile: &MachineSpec) -> anyhow::Result<E
             args.mode.name()
         );
     }
-    if args.repeat != 1 {
+    if args.repeat != 1 || args.length.is_some() {
         anyhow::bail!(
-            "--repeat replays the trace again but --record streams it once: add --save FILE"
+            "--repeat and --length replay the trace again but --record streams it once: add --save FILE"
         );
     }
     let (mut child, pipe) = spawn_lackey(&args.program)?;
     let bar = progress::bytes(None, "lackey's trace");
-    let input = TraceInput::Reader(Box::new(BufReader::with_capacity(
-        1 << 20,
-        bar.wrap_read(pipe),
-    )));
-    let result = replay_baseline(
-        args,
-        profile,
-        &args.program.join(" "),
-        input,
-        TraceFormat::Lackey,
-    );
+    let trace = TraceSpec {
+        input: TraceInput::Reader(Box::new(BufReader::with_capacity(
+            1 << 20,
+            bar.wrap_read(pipe),
+        ))),
+        format: TraceFormat::Lackey,
+        repeat: 1,
+        length: None,
+        identity_map: args.identity_map,
+    };
+    let result = replay_baseline(args, profile, &args.program.join(" "), vec![trace]);
     bar.finish_and_clear();
     finish_lackey(&mut child, result.is_ok())?;
     result

@@ -183,6 +183,27 @@ impl Machine {
         trace: TraceSpec,
         seed: u64,
     ) -> Result<Machine, SimError> {
+        Machine::from_traces(spec, vec![trace], seed)
+    }
+
+    /// A machine replaying several traces as processes sharing the LLC, each on its own
+    /// core, in turns of a quantum like a generated workload's processes. The workload's
+    /// name is the traces' names joined by " + ".
+    pub fn from_traces(
+        spec: &MachineSpec,
+        traces: Vec<TraceSpec>,
+        seed: u64,
+    ) -> Result<Machine, SimError> {
+        if traces.is_empty() {
+            return Err(SimError::Unsupported("no trace to replay".into()));
+        }
+        if traces.len() > 1 && traces.iter().any(|t| t.identity_map) {
+            return Err(SimError::Unsupported(
+                "identity mapping is for one trace (to compare with cachegrind): several \
+                 traces mapped one to one would share each other's physical lines"
+                    .into(),
+            ));
+        }
         if spec.has_modern_models() {
             return Err(SimError::Unsupported(format!(
                 "machine '{}': trace replay models no prefetcher, TLB or victim LLC (it is kept \
@@ -190,14 +211,24 @@ impl Machine {
                 spec.name
             )));
         }
-        let (proc, name) = TraceProc::open(spec, trace)?;
-        let mut m = Machine::empty(spec, name.clone(), seed)?;
-        let st = m.new_state(0);
-        m.procs.push(Process {
-            name,
-            source: Source::Trace(Box::new(proc)),
-            st,
-        });
+        let mut procs = Vec::with_capacity(traces.len());
+        for trace in traces {
+            procs.push(TraceProc::open(spec, trace)?);
+        }
+        let name = procs
+            .iter()
+            .map(|(_, n)| n.as_str())
+            .collect::<Vec<_>>()
+            .join(" + ");
+        let mut m = Machine::empty(spec, name, seed)?;
+        for (i, (proc, name)) in procs.into_iter().enumerate() {
+            let st = m.new_state(i);
+            m.procs.push(Process {
+                name,
+                source: Source::Trace(Box::new(proc)),
+                st,
+            });
+        }
         Ok(m)
     }
 

@@ -1,6 +1,6 @@
 //! Replayed traces: a program's memory references (lackey or binary, see `crate::trace`) as one
 //! process, its pages given frames on first touch (or mapped one to one, to compare with
-//! cachegrind).
+//! cachegrind). Several traces on one machine are several processes sharing the LLC.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -33,9 +33,27 @@ pub struct TraceSpec {
     pub format: TraceFormat,
     /// Replay the trace this many times (a file only).
     pub repeat: u32,
+    /// Replay the trace in a loop until it has given this many references (instruction
+    /// fetches and data accesses, one per trace line), so that tenants of different lengths
+    /// share the LLC to the end and a steady state exists (a file only; `repeat` must be 1).
+    pub length: Option<u64>,
     /// Use virtual addresses as physical ones (to compare with cachegrind, which indexes
     /// by virtual address); otherwise pages get frames from the allocator on first touch.
     pub identity_map: bool,
+}
+
+impl TraceSpec {
+    /// The trace in file `path`, its format told from its first byte, replayed once with
+    /// pages given frames on first touch.
+    pub fn file(path: impl Into<PathBuf>) -> TraceSpec {
+        TraceSpec {
+            input: TraceInput::File(path.into()),
+            format: TraceFormat::Detect,
+            repeat: 1,
+            length: None,
+            identity_map: false,
+        }
+    }
 }
 
 pub(super) enum PageMap {
@@ -50,6 +68,10 @@ pub(super) struct TraceProc {
     pub(super) reader: TraceReader,
     pub(super) path: Option<PathBuf>,
     pub(super) repeats_left: u32,
+    /// References left to replay before the process finishes (`u64::MAX`: no limit).
+    pub(super) references_left: u64,
+    /// References read in the current pass over the trace (a looped empty trace is an error).
+    pub(super) pass_references: u64,
     pub(super) map: PageMap,
     /// Sizes are clamped to the smallest line, as cachegrind does, so that an access never
     /// spans more than two lines.
@@ -81,6 +103,26 @@ impl TraceProc {
                 "repeat > 1 needs a trace file (standard input can be read once)".into(),
             ));
         }
+        let references_left = match trace.length {
+            None => u64::MAX,
+            Some(0) => {
+                return Err(SimError::Unsupported(format!(
+                    "{name}: a length of 0 references replays nothing; give at least 1"
+                )))
+            }
+            Some(_) if path.is_none() => {
+                return Err(SimError::Unsupported(format!(
+                    "{name}: a length loops the trace, which needs a trace file (standard \
+                     input can be read once)"
+                )))
+            }
+            Some(_) if trace.repeat != 1 => {
+                return Err(SimError::Unsupported(format!(
+                    "{name}: give a length or a repeat count, not both"
+                )))
+            }
+            Some(n) => n,
+        };
         // Sizes are clamped to the smallest line, as cachegrind does.
         let max_size = [
             Some(&spec.l1d),
@@ -105,6 +147,8 @@ impl TraceProc {
             reader: TraceReader::new(reader, trace.format)?,
             path,
             repeats_left: trace.repeat,
+            references_left,
+            pass_references: 0,
             map,
             max_size,
             error: None,
@@ -169,19 +213,33 @@ impl TraceProc {
     ) -> Result<(), SimError> {
         let page_size = 1u64 << page_shift;
         while st.clock_fp < limit_fp {
+            if self.references_left == 0 {
+                st.finished = true;
+                return Ok(());
+            }
             let Some(ev) = self.reader.next_event()? else {
-                if self.repeats_left > 1 {
+                let looped = self.references_left != u64::MAX;
+                if looped || self.repeats_left > 1 {
                     let path = self
                         .path
                         .clone()
                         .ok_or_else(|| SimError::Unsupported("repeat needs a trace file".into()))?;
+                    if self.pass_references == 0 {
+                        return Err(SimError::Unsupported(format!(
+                            "{}: the trace has no references to replay in a loop",
+                            path.display()
+                        )));
+                    }
                     self.reader = TraceReader::new(open_trace(&path)?, self.reader.format())?;
-                    self.repeats_left -= 1;
+                    self.pass_references = 0;
+                    self.repeats_left -= (!looped) as u32;
                     continue;
                 }
                 st.finished = true;
                 return Ok(());
             };
+            self.references_left -= (self.references_left != u64::MAX) as u64;
+            self.pass_references += 1;
             let size = ev.size.min(self.max_size);
             let paddr = self.translate(frames, ev.addr, page_shift)?;
             // An access crossing into another page touches two frames: reference the two
