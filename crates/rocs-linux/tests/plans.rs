@@ -3,8 +3,8 @@
 use std::path::PathBuf;
 
 use rocs_core::DataSource;
-use rocs_linux::perf_abi::*;
 use rocs_linux::datasrc::IbsDataSrcEncoding;
+use rocs_linux::perf_abi::*;
 use rocs_linux::{
     detect_geometry, select_plan, CpuInfo, EventChoice, KernelVersion, PlanKind, PmuInventory,
     SourceRule,
