@@ -13,7 +13,7 @@ use rocs_config::protocol::{
     encode_request, ActionReply, ConfineReply, HistoryReply, PageRow, ProfileReply, ReloadReply,
     Reply, Request, StackReply, StatusReply, TargetSummary,
 };
-use rocs_core::{DataSource, MissRateStack, PageProfile};
+use rocs_core::{DataSource, MissRateStack, PageProfile, VirtPage};
 use serde_json::Value;
 
 use crate::render;
@@ -34,6 +34,11 @@ pub enum ClientCommand {
     /// rocsd: platform, what it can do here, policies, targets.
     Status,
     /// The processes rocsd is attached to, with their state, IPC, MPKI and pages.
+    ///
+    /// PROFILED counts the pages with samples in the last profile; CONFINED the pages in the
+    /// pollute buffer. CONFINED may exceed PROFILED: the stack's regions also cover the
+    /// unsampled pages between sampled ones (a region is confined whole, as in ROCS Fig. 3),
+    /// and pages confined by name need no samples.
     Targets,
     /// A target's page profile from rocsd (sampled hits and misses by address, the miss-rate
     /// histogram and the address-space map); or, with --perf-data, a perf.data file's.
@@ -53,6 +58,10 @@ pub enum ClientCommand {
         svg: Option<PathBuf>,
     },
     /// A target's miss-rate stack: its pages ordered by miss rate, the confined ones marked.
+    ///
+    /// Pages are ranked by their region's miss rate (REGION RATE: address-adjacent pages of
+    /// similar rate merged, so that a page with few samples is not ranked alone); PAGE RATE
+    /// is the page's own sampled rate ("-": no LLC sample of its own).
     Stack {
         target: String,
         /// Show at most this many entries from the top (0: all).
@@ -65,7 +74,9 @@ pub enum ClientCommand {
     Pause { target: Option<String> },
     /// Start again from observing (one target, or all).
     Resume { target: Option<String> },
-    /// Move a target's pages (or every target's) back out of the pollute buffer, and pause.
+    /// Move a target's pages (or every target's) back out of the pollute buffer, and pause
+    /// it, so that no search confines them again (`resume` starts it again from observing).
+    /// Says how many pages went back.
     Restore { target: Option<String> },
     /// Re-read the policy files (a broken one is reported; the old policies stay).
     Reload,
@@ -194,15 +205,18 @@ pub fn run(cmd: ClientCommand, conn: &Global) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::FAILURE);
         }
     };
+    // The picture first: a reader that stops early (`| head`) must not cost the file.
+    let mut wrote = None;
+    if let (Some(path), Request::Profile { .. }) = (svg, &request) {
+        let p: ProfileReply = serde_json::from_value(result.clone())?;
+        write_svg(&p, &path)?;
+        wrote = Some(path);
+    }
     if conn.json {
         println!("{}", serde_json::to_string_pretty(&result)?);
     } else {
         print!("{}", render_text(&request, &result)?);
-    }
-    if let (Some(path), Request::Profile { .. }) = (svg, &request) {
-        let p: ProfileReply = serde_json::from_value(result)?;
-        write_svg(&p, &path)?;
-        if !conn.json {
+        if let Some(path) = wrote {
             println!("wrote {}", path.display());
         }
     }
@@ -222,35 +236,77 @@ pub fn render_text(request: &Request, result: &Value) -> anyhow::Result<String> 
         Request::Stack { .. } => stack_text(&serde_json::from_value(r)?),
         Request::History { .. } => history_text(&serde_json::from_value(r)?),
         Request::Pause { .. } | Request::Resume { .. } | Request::Restore { .. } => {
-            let a: ActionReply = serde_json::from_value(r)?;
-            let pids: Vec<String> = a.targets.iter().map(|p| p.to_string()).collect();
-            format!(
-                "{}: {} target(s){}\n",
-                a.action,
-                a.targets.len(),
-                if pids.is_empty() {
-                    String::new()
-                } else {
-                    format!(" ({})", pids.join(", "))
-                }
-            )
+            action_text(&serde_json::from_value(r)?)
         }
         Request::Confine { .. } => {
             let c: ConfineReply = serde_json::from_value(r)?;
             format!(
-                "target {}: {} of {} named pages confined ({} confined by name in all)\n",
-                c.target, c.confined, c.pages, c.explicit
+                "target {}: {} of {} confined ({} confined by name in all)\n",
+                c.target,
+                c.confined,
+                count(c.pages, "named page", "named pages"),
+                c.explicit
             )
         }
         Request::Reload => {
             let r: ReloadReply = serde_json::from_value(r)?;
-            let mut s = format!("policies reloaded: {}\n", r.policies.len());
+            let mut s = format!(
+                "reloaded {}\n",
+                count(r.policies.len(), "policy", "policies")
+            );
             for p in r.policies {
                 s += &format!("  {:<20} {}\n", p.name, p.file);
             }
             s
         }
     })
+}
+
+/// `n` and its noun, singular for exactly one: "1 page", "3 pages".
+pub fn count(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+/// What `pause`, `resume` or `restore` did.
+fn action_text(a: &ActionReply) -> String {
+    let pids: Vec<String> = a.targets.iter().map(|p| p.to_string()).collect();
+    let mut out = format!(
+        "{}: {}{}",
+        a.action,
+        count(a.targets.len(), "target", "targets"),
+        if pids.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", pids.join(", "))
+        }
+    );
+    if let Some(back) = a.pages_restored {
+        out += &format!(
+            ", {} moved back out of the pollute buffer",
+            count(back, "page", "pages")
+        );
+    }
+    match a.pages_still_confined {
+        Some(0) | None => {}
+        Some(n) => {
+            out += &format!(
+                "; {} still confined (still going back, at most page_budget pages a window, \
+                 or could not move: `rocsctl history` says why)",
+                count(n, "page", "pages")
+            )
+        }
+    }
+    if a.action == "restore" && !a.targets.is_empty() {
+        out += &format!(
+            "\n{} paused until `rocsctl resume`",
+            if a.targets.len() == 1 {
+                "it stays"
+            } else {
+                "they stay"
+            }
+        );
+    }
+    out + "\n"
 }
 
 fn bytes(n: u64) -> String {
@@ -272,11 +328,11 @@ fn status_text(s: &StatusReply) -> String {
     match &s.llc {
         Some(g) => {
             out += &format!(
-                "LLC        {}, {}-way, {} B lines, {} slice(s): {} colours of {} pages\n",
+                "LLC        {}, {}-way, {} B lines, {}: {} colours of {} pages\n",
                 bytes(g.size()),
                 g.ways,
                 g.line_size,
-                g.slices,
+                count(g.slices as usize, "slice", "slices"),
                 s.colours,
                 bytes(g.page_size)
             )
@@ -287,10 +343,7 @@ fn status_text(s: &StatusReply) -> String {
         "targets    {} now, {} since start, {} gone\n",
         s.targets, s.targets_seen, s.targets_exited
     );
-    out += &format!(
-        "paused     {}\n",
-        if s.paused { "yes (all targets)" } else { "no" }
-    );
+    out += &format!("paused     {}\n", paused_text(s));
     out += &format!("policies   {}\n", s.policies.len());
     for p in &s.policies {
         out += &format!("  {:<20} {}\n", p.name, p.file);
@@ -310,6 +363,26 @@ fn status_text(s: &StatusReply) -> String {
         }
     }
     out
+}
+
+/// Whether targets are paused: all of them by the operator, some one by one, or none.
+fn paused_text(s: &StatusReply) -> String {
+    let pids = || {
+        let pids: Vec<String> = s.paused_targets.iter().map(|p| p.to_string()).collect();
+        pids.join(", ")
+    };
+    if s.paused {
+        "yes: every target, and those found later (`rocsctl resume` starts them again)".into()
+    } else if s.paused_targets.is_empty() {
+        "no".into()
+    } else {
+        format!(
+            "{} of {} ({}): paused or restored one by one; `rocsctl resume PID` starts one again",
+            s.paused_targets.len(),
+            count(s.targets, "target", "targets"),
+            pids()
+        )
+    }
 }
 
 fn targets_text(ts: &[TargetSummary]) -> String {
@@ -338,12 +411,17 @@ fn targets_text(ts: &[TargetSummary]) -> String {
             out += &format!("{:>7}  last error: {e}\n", "");
         }
     }
+    if ts.iter().any(|t| t.pages_confined > t.pages_profiled) {
+        out += "CONFINED may exceed PROFILED: a region of the stack is confined whole, with the \
+                unsampled pages between its sampled ones (ROCS Fig. 3), and pages confined by \
+                name need no samples.\n";
+    }
     out
 }
 
 fn head(t: &TargetSummary) -> String {
     format!(
-        "target {} ({}), policy {}, {}{}: IPC {:.3}, MPKI {:.2}, {} windows\n",
+        "target {} ({}), policy {}, {}{}: IPC {:.3}, MPKI {:.2}, {}\n",
         t.pid,
         t.comm,
         t.policy,
@@ -355,7 +433,7 @@ fn head(t: &TargetSummary) -> String {
         },
         t.ipc,
         t.mpki,
-        t.windows
+        count(t.windows as usize, "window", "windows")
     )
 }
 
@@ -395,11 +473,11 @@ fn profile_text(p: &ProfileReply) -> String {
     let mut out = head(&p.target);
     let confined = p.pages.iter().filter(|r| r.confined).count();
     out += &format!(
-        "{} samples over {} pages of {}; {} pages confined\n",
-        p.samples,
-        p.pages.len(),
+        "{} over {} of {}; {} confined\n",
+        count(p.samples as usize, "sample", "samples"),
+        count(p.pages.len(), "page", "pages"),
         bytes(1 << p.page_shift),
-        confined
+        count(confined, "page", "pages")
     );
     if p.pages.is_empty() {
         out += "(no profile yet: the target has not been sampled)\n";
@@ -436,8 +514,8 @@ fn profile_text(p: &ProfileReply) -> String {
 fn stack_text(s: &StackReply) -> String {
     let mut out = head(&s.target);
     out += &format!(
-        "miss-rate stack: {} pages, the top {} confined{}\n",
-        s.total,
+        "miss-rate stack: {}, the top {} confined{}\n",
+        count(s.total, "page", "pages"),
         s.k,
         if s.entries.len() < s.total {
             format!(" (showing {})", s.entries.len())
@@ -449,34 +527,37 @@ fn stack_text(s: &StackReply) -> String {
         return out;
     }
     out += &format!(
-        "{:>6}  {:<18} {:>8} {:>8} {:>6}\n",
-        "RANK", "PAGE", "HITS", "MISSES", "RATE"
+        "{:>6}  {:<18} {:>8} {:>8} {:>9} {:>11}\n",
+        "RANK", "PAGE", "HITS", "MISSES", "PAGE RATE", "REGION RATE"
     );
     for (i, e) in s.entries.iter().enumerate() {
         out += &format!(
-            "{:>6}{} {:#018x} {:>8} {:>8} {:>6.2}\n",
+            "{:>6}{} {:#018x} {:>8} {:>8} {:>9} {:>11.2}\n",
             i + 1,
             if i < s.k { "*" } else { " " },
             e.page.0 << s.page_shift,
             e.hits,
             e.misses,
+            rate(e.hits, e.misses),
             e.miss_rate
         );
     }
+    out += "(ranked by REGION RATE, the miss rate of the address-adjacent pages of similar rate \
+            merged with the page; PAGE RATE is the page's own, '-' without LLC samples)\n";
     if s.k > 0 {
         out += "(* confined in the pollute buffer)\n";
     }
     if !s.explicit.is_empty() {
         out += &format!(
-            "confined by name, outside the search: {} pages\n",
-            s.explicit.len()
+            "confined by name, outside the search: {}\n",
+            count(s.explicit.len(), "page", "pages")
         );
         for (first, last) in page_runs(&s.explicit) {
             out += &format!(
-                "  {:#018x}-{:#018x} {:>7} pages\n",
+                "  {:#018x}-{:#018x} {:>7}\n",
                 first << s.page_shift,
                 ((last + 1) << s.page_shift) - 1,
-                last - first + 1
+                count((last - first + 1) as usize, "page", "pages")
             );
         }
     }
@@ -542,10 +623,16 @@ fn pictures_text(p: &ProfileReply) -> String {
 fn write_svg(p: &ProfileReply, path: &Path) -> anyhow::Result<()> {
     let (profile, stack) = rebuild(p);
     let title = format!(
-        "target {} ({}), policy {}",
-        p.target.pid, p.target.comm, p.target.policy
+        "target {} ({}), policy {}, {}",
+        p.target.pid, p.target.comm, p.target.policy, p.target.state
     );
-    let doc = render::profile_svg(&profile, &stack, &title);
+    let confined = p
+        .pages
+        .iter()
+        .filter(|r| r.confined)
+        .map(|r| VirtPage(r.page))
+        .collect();
+    let doc = render::profile_svg(&profile, &stack, &confined, &title);
     std::fs::write(path, doc).with_context(|| format!("writing {}", path.display()))
 }
 

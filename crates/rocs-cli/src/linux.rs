@@ -214,7 +214,7 @@ pub fn emit_profile(
 ) -> anyhow::Result<()> {
     let stack = MissRateStack::from_profile(profile);
     if let Some(path) = svg {
-        let doc = render::profile_svg(profile, &stack, &out.source);
+        let doc = render::profile_svg(profile, &stack, &Default::default(), &out.source);
         std::fs::write(path, doc).with_context(|| format!("writing {}", path.display()))?;
         eprintln!("wrote {}", path.display());
     }

@@ -210,7 +210,26 @@ fn every_daemon_command_in_text_and_json() {
     let r = json(&d, &["resume"]);
     assert_eq!(r["action"], "resume");
     let t = text(&d, &["restore", "art"]);
-    assert_eq!(t, format!("restore: 1 target(s) ({pid})\n"));
+    let first = t.lines().next().unwrap_or_default();
+    assert!(
+        first.starts_with(&format!("restore: 1 target ({pid}), ")),
+        "{t}"
+    );
+    assert!(
+        first.contains("moved back out of the pollute buffer"),
+        "{t}"
+    );
+    assert!(
+        t.ends_with("it stays paused until `rocsctl resume`\n"),
+        "{t}"
+    );
+    let t = text(&d, &["status"]);
+    assert!(
+        t.contains(&format!(
+            "paused     1 of 1 target ({pid}): paused or restored"
+        )),
+        "{t}"
+    );
 
     // Unknown target: exit 1, a reason, and JSON when asked.
     let out = rocsctl(&d, &["stack", "nosuch"]);
