@@ -10,6 +10,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+// Each test file uses part of the SVG helpers.
+#[allow(dead_code)]
+mod svg_check;
+
 /// rocsd is built with the workspace (`cargo test --workspace`); when only this package's
 /// tests were built, build it the same way.
 fn rocsd_path() -> PathBuf {
@@ -147,24 +151,6 @@ fn text(d: &Daemon, args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-/// The elements of class `class` inside the SVG group with id `group`.
-fn in_group<'a>(
-    doc: &'a roxmltree::Document,
-    group: &str,
-    class: &str,
-) -> Vec<roxmltree::Node<'a, 'a>> {
-    let g = doc
-        .descendants()
-        .find(|n| n.attribute("id") == Some(group))
-        .unwrap_or_else(|| panic!("the SVG has no group {group:?}"));
-    g.descendants()
-        .filter(|n| {
-            n.attribute("class")
-                .is_some_and(|c| c.split(' ').any(|c| c == class))
-        })
-        .collect()
-}
-
 #[test]
 fn every_daemon_command_in_text_and_json() {
     let d = start();
@@ -210,23 +196,20 @@ fn every_daemon_command_in_text_and_json() {
     // The picture counts the same pages as the profile: a bar count per miss-rate bin
     // that adds up to the pages with LLC samples, and a column per page or run of pages.
     let picture = std::fs::read_to_string(&svg).unwrap();
-    let doc = roxmltree::Document::parse(&picture).expect("the SVG is well-formed XML");
-    assert!(doc
-        .root_element()
-        .has_tag_name(("http://www.w3.org/2000/svg", "svg")));
+    let doc = svg_check::parse(&picture);
     let with_llc = p["pages"]
         .as_array()
         .unwrap()
         .iter()
         .filter(|r| r["hits"].as_u64().unwrap() + r["misses"].as_u64().unwrap() > 0)
         .count() as u64;
-    let counted: u64 = in_group(&doc, "histogram", "count")
+    let counted: u64 = svg_check::in_group(&doc, "histogram", "count")
         .iter()
         .map(|n| n.text().unwrap().parse::<u64>().unwrap())
         .sum();
     assert_eq!(counted, with_llc);
-    assert!(!in_group(&doc, "address-map", "hits").is_empty());
-    assert_eq!(in_group(&doc, "histogram", "x-tick").len(), 11);
+    assert!(!svg_check::in_group(&doc, "address-map", "hits").is_empty());
+    assert_eq!(svg_check::in_group(&doc, "histogram", "x-tick").len(), 11);
 
     let s = json(&d, &["stack", "art", "--limit", "5"]);
     assert!(s["entries"].as_array().unwrap().len() <= 5);

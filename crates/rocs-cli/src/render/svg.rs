@@ -458,7 +458,7 @@ pub fn profile_svg(
         .count();
     let _ = writeln!(
         out,
-        r#"<text class="caption" x="20" y="50" font-size="12">{} samples of loads over {} pages of {} KiB; {} of them confined in the pollute buffer (orange).</text>"#,
+        r#"<text class="caption" x="20" y="50" font-size="12">{} samples over {} pages of {} KiB; {} of them confined in the pollute buffer (orange).</text>"#,
         profile.samples_total(),
         profile.len(),
         (1u64 << profile.page_shift()) >> 10,
