@@ -679,4 +679,100 @@ mod tests {
         assert_eq!(bytes(4096), "4 KiB");
         assert_eq!(bytes(1000), "1000 B");
     }
+
+    fn summary(pid: u32, profiled: usize, confined: usize, paused: bool) -> TargetSummary {
+        serde_json::from_value(serde_json::json!({
+            "pid": pid, "comm": "art", "policy": "spec",
+            "state": if paused { "paused" } else { "steady" }, "paused": paused,
+            "capability": "full", "windows": 1, "ipc": 0.5, "mpki": 3.0,
+            "pages_profiled": profiled, "pages_confined": confined, "samples": 10,
+            "lost_samples": 0, "uptime_s": 1.0, "last_error": null
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn targets_explain_more_confined_than_profiled_pages() {
+        let t = targets_text(&[summary(7, 2671, 3164, false)]);
+        assert!(t.contains("CONFINED may exceed PROFILED"), "{t}");
+        assert!(
+            t.contains("unsampled pages between its sampled ones"),
+            "{t}"
+        );
+        let t = targets_text(&[summary(7, 2671, 100, false)]);
+        assert!(!t.contains("may exceed"), "{t}");
+    }
+
+    #[test]
+    fn the_stack_shows_the_pages_own_rate_beside_its_regions() {
+        let s = StackReply {
+            target: summary(7, 2, 1, false),
+            page_shift: 12,
+            total: 2,
+            k: 1,
+            entries: vec![
+                rocs_core::StackEntry {
+                    page: VirtPage(1),
+                    hits: 0,
+                    misses: 13,
+                    miss_rate: 0.82,
+                },
+                rocs_core::StackEntry {
+                    page: VirtPage(2),
+                    hits: 0,
+                    misses: 0,
+                    miss_rate: 0.82,
+                },
+            ],
+            explicit: vec![],
+        };
+        let t = stack_text(&s);
+        assert!(t.contains("PAGE RATE REGION RATE"), "{t}");
+        let row = |page: &str| t.lines().find(|l| l.contains(page)).unwrap().to_string();
+        let own: Vec<String> = row("0x0000000000001000")
+            .split_whitespace()
+            .map(String::from)
+            .collect();
+        assert_eq!(own[own.len() - 2..], ["1.00", "0.82"], "{t}");
+        assert!(
+            row("0x0000000000002000")
+                .trim_end()
+                .ends_with("-        0.82"),
+            "{t}"
+        );
+    }
+
+    #[test]
+    fn restore_says_how_many_pages_went_back_and_that_targets_stay_paused() {
+        let mut a = ActionReply {
+            action: "restore".into(),
+            targets: vec![7],
+            pages_restored: Some(1),
+            pages_still_confined: Some(0),
+        };
+        assert_eq!(
+            action_text(&a),
+            "restore: 1 target (7), 1 page moved back out of the pollute buffer\n\
+             it stays paused until `rocsctl resume`\n"
+        );
+        a.targets.push(8);
+        a.pages_still_confined = Some(5);
+        let t = action_text(&a);
+        assert!(
+            t.starts_with("restore: 2 targets (7, 8), 1 page moved back"),
+            "{t}"
+        );
+        assert!(t.contains("; 5 pages still confined"), "{t}");
+        assert!(
+            t.ends_with("they stay paused until `rocsctl resume`\n"),
+            "{t}"
+        );
+        let pause = ActionReply {
+            action: "pause".into(),
+            targets: vec![7],
+            pages_restored: None,
+            pages_still_confined: None,
+        };
+        assert_eq!(action_text(&pause), "pause: 1 target (7)\n");
+    }
 }
