@@ -72,8 +72,11 @@ pub enum ClientCommand {
     /// Start again from observing (one target, or all).
     Resume { target: Option<String> },
     /// Move a target's pages (or every target's) back out of the pollute buffer, and pause
-    /// it, so that no search confines them again (`resume` starts it again from observing).
-    /// Says how many pages went back.
+    /// it until `resume`.
+    ///
+    /// The pause keeps the search from confining the pages again; `resume` starts the
+    /// target again from observing. The reply says how many pages went back, and how many
+    /// are still confined (still moving, at most page_budget a window, or unable to move).
     Restore { target: Option<String> },
     /// Re-read the policy files (a broken one is reported; the old policies stay).
     Reload,
