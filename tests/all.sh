@@ -8,12 +8,14 @@ cd "$(dirname "$0")/.."
 step() { printf '\n==> %s\n' "$*"; }
 
 # System packages some tests drive for real (valgrind/cachegrind for the simulator's
-# fidelity test, perf for the perf.data import test). Installed only when missing.
+# fidelity test, perf for the perf.data import test, chromium to look at an SVG).
+# Installed only when missing.
 need=()
 command -v valgrind >/dev/null || need+=(valgrind)
 command -v perf >/dev/null || need+=(linux-perf)
 command -v xz >/dev/null || need+=(xz-utils)
 command -v systemd-analyze >/dev/null || need+=(systemd)  # rocsd.service verify (daemon/tests/service.rs)
+command -v chromium >/dev/null || need+=(chromium)  # the profile SVG in a real browser (rocs-cli/tests/client_daemon.rs)
 if [ ${#need[@]} -gt 0 ]; then
     step "installing ${need[*]}"
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null

@@ -169,7 +169,8 @@ impl Domain {
                     ErrorCode::Unavailable,
                     format!(
                         "target {pid} has no miss-rate stack yet (it is profiled first), so it \
-                         has no top {k} pages; name an address range instead"
+                         has no top {}; name an address range instead",
+                        crate::report::count(k, "page", "pages")
                     ),
                 ))
             }

@@ -622,10 +622,10 @@ impl DomainHost {
         {
             Ok(r) => tracing::info!(
                 pid,
-                "policy mappings {:?}: {} of {} pages confined",
+                "policy mappings {:?}: {} of {} confined",
                 self.named[&pid].patterns,
                 r.confined,
-                r.pages
+                crate::report::count(r.pages, "page", "pages")
             ),
             Err(e) => tracing::warn!(pid, "policy mappings not confined: {}", e.message),
         }

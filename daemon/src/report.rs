@@ -1,7 +1,7 @@
 //! What rocsd says about its targets, in words: the journal's lines and `rocsctl
 //! history`'s. Every controller event is written here, once.
 
-use rocs_core::{EventKind, Pid, Placement};
+use rocs_core::{Errno, EventKind, Pid, Placement};
 
 /// A short kind and a sentence for people, for the journal and `rocsctl history`; `shown`
 /// gives the pid users know for a platform pid.
@@ -18,8 +18,11 @@ pub fn describe(kind: &EventKind, shown: &dyn Fn(Pid) -> Pid) -> (&'static str, 
         } => (
             "profile",
             format!(
-                "{samples} samples over {pages_profiled} pages: a stack of {stack_pages} pages \
-                 in {regions} regions"
+                "{} over {}: a stack of {} in {}",
+                count(*samples, "sample", "samples"),
+                count(*pages_profiled, "page", "pages"),
+                count(*stack_pages, "page", "pages"),
+                count(*regions, "region", "regions")
             ),
         ),
         EventKind::SearchStep {
@@ -72,21 +75,79 @@ pub fn describe(kind: &EventKind, shown: &dyn Fn(Pid) -> Pid) -> (&'static str, 
             };
             (
                 "search",
-                format!("chose k = {k}{gain} after {windows} windows"),
+                format!(
+                    "chose k = {k}{gain} after {}",
+                    count(*windows, "window", "windows")
+                ),
             )
         }
         EventKind::MigrationFailed { to, failed, errno } => (
             "migrate",
             format!(
-                "{failed} pages could not move to {}: {errno}",
+                "{} could not move to {}: {}",
+                count(*failed, "page", "pages"),
                 match to {
                     Placement::Pollute => "the pollute buffer",
                     Placement::Restore => "the ordinary colours",
-                }
+                },
+                migration_error(*errno)
             ),
         ),
         EventKind::Restored => ("restore", "every confined page is back".to_string()),
     }
+}
+
+/// `n` and its noun, singular for exactly one: "1 page", "3 pages".
+pub fn count(n: impl TryInto<u64> + std::fmt::Display + Copy, one: &str, many: &str) -> String {
+    let noun = if n.try_into().is_ok_and(|n| n == 1) {
+        one
+    } else {
+        many
+    };
+    format!("{n} {noun}")
+}
+
+/// A page's migration error by name, what it means for the move, and what to do. The
+/// per-page errors are the shim's (kmod-shim/README.md) and move_pages(2)'s.
+pub fn migration_error(errno: Errno) -> String {
+    let name = nix::errno::Errno::from_raw(errno.0);
+    let why = match name {
+        nix::errno::Errno::EFAULT => {
+            "nothing is mapped at those addresses any more (the program unmapped or shrank \
+             that memory since it was sampled); they are not tried again until the next \
+             profile, nothing to do"
+        }
+        nix::errno::Errno::ENOENT => {
+            "the pages were never touched, or are the shared zero page: they have no frame of \
+             their own to move; nothing to do"
+        }
+        nix::errno::Errno::EACCES => {
+            "shared memory (MAP_SHARED) belongs to other processes too and does not move; \
+             only private anonymous memory can be confined"
+        }
+        nix::errno::Errno::EOPNOTSUPP => {
+            "file-backed, hugetlbfs, KSM or special mappings do not move; only private \
+             anonymous memory can be confined"
+        }
+        nix::errno::Errno::EBUSY => {
+            "the kernel would not isolate them (pinned, swapped out, or a huge page it could \
+             not split); they are tried again after the next profile"
+        }
+        nix::errno::Errno::ENOMEM => {
+            "no free frame of a pollute colour is left on the page's node: the buffer is \
+             full; give it more colours (knob pollute_colours) or confine fewer pages"
+        }
+        nix::errno::Errno::ESRCH => "the target exited during the move",
+        nix::errno::Errno::EPERM => {
+            "rocsd may not move this process's pages (the shim needs CAP_SYS_ADMIN)"
+        }
+        nix::errno::Errno::EINVAL => {
+            "the platform cannot move these pages (a trace replayed without a page table, or \
+             a report without a result for them)"
+        }
+        _ => name.desc(),
+    };
+    format!("{name:?} (errno {}): {why}", errno.0)
 }
 
 #[cfg(test)]
@@ -136,5 +197,53 @@ mod tests {
         // On Linux the platform's pid is the pid users see.
         let (_, text) = describe(&waiting, &|p| p);
         assert!(text.starts_with("waiting for pid 1000's search"), "{text}");
+    }
+
+    #[test]
+    fn a_failed_migration_names_its_error_and_counts_in_words() {
+        let failed = |failed, errno| EventKind::MigrationFailed {
+            to: Placement::Pollute,
+            failed,
+            errno,
+        };
+        let (kind, text) = describe(&failed(1, Errno::EFAULT), &|p| p);
+        assert_eq!(kind, "migrate");
+        assert!(
+            text.starts_with(
+                "1 page could not move to the pollute buffer: EFAULT (errno 14): nothing is mapped"
+            ),
+            "{text}"
+        );
+        let (_, text) = describe(&failed(3, Errno::ENOMEM), &|p| p);
+        assert!(text.starts_with("3 pages could not move"), "{text}");
+        assert!(text.contains("ENOMEM (errno 12)") && text.contains("pollute_colours"));
+        // An errno without words of ours still has its name and the system's description.
+        let (_, text) = describe(&failed(2, Errno(110)), &|p| p);
+        assert!(
+            text.ends_with("ETIMEDOUT (errno 110): Connection timed out"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn counts_are_singular_for_one() {
+        assert_eq!(count(1usize, "page", "pages"), "1 page");
+        assert_eq!(count(0u64, "page", "pages"), "0 pages");
+        assert_eq!(count(2u32, "policy", "policies"), "2 policies");
+        let profiled = EventKind::Profiled {
+            pages_profiled: 1,
+            samples: 1,
+            stack_pages: 1,
+            regions: 1,
+        };
+        let (_, text) = describe(&profiled, &|p| p);
+        assert_eq!(text, "1 sample over 1 page: a stack of 1 page in 1 region");
+        let done = EventKind::SearchDone {
+            k: 0,
+            ipc: None,
+            baseline_ipc: None,
+            windows: 1,
+        };
+        assert_eq!(describe(&done, &|p| p).1, "chose k = 0 after 1 window");
     }
 }

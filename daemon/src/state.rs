@@ -16,6 +16,8 @@ use rocs_core::{CacheGeometry, Pid};
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot, watch};
 
+use crate::report;
+
 /// The policies in force, each with its knobs merged over rocsd.toml's and checked.
 #[derive(Debug, Default)]
 pub struct LoadedPolicies {
@@ -194,6 +196,11 @@ impl TargetTotals {
 
 /// How long a host may take to answer a query before the client is told it is busy.
 const HOST_REPLY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A `restore` reply waits at most this long for pages to go back, and gives up earlier
+/// when none has gone back for `RESTORE_STALL` (they could not move, or windows are long).
+const RESTORE_WAIT: Duration = Duration::from_secs(5);
+const RESTORE_STALL: Duration = Duration::from_secs(1);
 
 impl Daemon {
     pub fn new(
@@ -378,6 +385,12 @@ impl Daemon {
             reloads: self.reloads.load(Ordering::Relaxed),
             last_reload_error: self.last_reload_error.lock().unwrap().clone(),
             paused: self.paused(),
+            paused_targets: self
+                .summaries()
+                .iter()
+                .filter(|t| t.paused)
+                .map(|t| t.pid)
+                .collect(),
         }
     }
 
@@ -514,9 +527,9 @@ impl Daemon {
             }
         };
         tracing::info!(
-            "operator confine of {pid}: {} of {} named pages confined",
+            "operator confine of {pid}: {} of {} confined",
             r.confined,
-            r.pages
+            report::count(r.pages, "named page", "named pages")
         );
         Ok(r)
     }
@@ -537,8 +550,11 @@ impl Daemon {
                 Command::Confine { .. } => {}
             }
         }
+        let restoring = matches!(command, Command::RestoreAll);
         let mut done = Vec::new();
+        let mut confined_before = 0;
         for (pid, host) in targets {
+            let before = self.pages_confined(pid).unwrap_or(0);
             let (tx, rx) = oneshot::channel();
             if host
                 .send(HostCommand::Operator {
@@ -553,17 +569,63 @@ impl Daemon {
                     .is_ok_and(|r| r.is_ok())
             {
                 done.push(pid);
+                confined_before += before;
             }
         }
-        tracing::info!(
-            "operator {action} of {}: {} target(s)",
-            target.unwrap_or("all targets"),
-            done.len()
-        );
-        serde_json::to_value(ActionReply {
+        let mut reply = ActionReply {
             action: action.to_string(),
             targets: done,
-        })
-        .map_err(|e| ErrorReply::new(ErrorCode::Internal, e.to_string()))
+            pages_restored: None,
+            pages_still_confined: None,
+        };
+        let mut restored = String::new();
+        if restoring {
+            let still = self.wait_for_restores(&reply.targets).await;
+            let back = confined_before.saturating_sub(still);
+            reply.pages_restored = Some(back);
+            reply.pages_still_confined = Some(still);
+            restored = format!(
+                ", {} back in the ordinary colours, {} still confined",
+                report::count(back, "page", "pages"),
+                still
+            );
+        }
+        tracing::info!(
+            "operator {action} of {}: {}{restored}",
+            target.unwrap_or("all targets"),
+            report::count(reply.targets.len(), "target", "targets")
+        );
+        serde_json::to_value(reply).map_err(|e| ErrorReply::new(ErrorCode::Internal, e.to_string()))
+    }
+
+    /// A target's confined pages, as its last summary says.
+    fn pages_confined(&self, pid: Pid) -> Option<usize> {
+        let targets = self.targets.lock().unwrap();
+        let t = targets.get(&pid)?;
+        let confined = t.summary.lock().unwrap().pages_confined;
+        Some(confined)
+    }
+
+    /// Wait (a little) for the restores of `pids` to finish, and say how many of their pages
+    /// are still confined. The host moves the first `page_budget` pages before it answers
+    /// the command and the rest one window's budget at a time; pages that cannot move stay,
+    /// so the wait ends when the count stops falling.
+    async fn wait_for_restores(&self, pids: &[Pid]) -> usize {
+        let still = || {
+            pids.iter()
+                .filter_map(|&p| self.pages_confined(p))
+                .sum::<usize>()
+        };
+        let (mut last, mut since) = (still(), Instant::now());
+        let started = Instant::now();
+        while last > 0 && since.elapsed() < RESTORE_STALL && started.elapsed() < RESTORE_WAIT {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            let now = still();
+            if now < last {
+                since = Instant::now();
+            }
+            last = now;
+        }
+        last
     }
 }

@@ -151,12 +151,32 @@ fn pause_resume_and_restore_act(d: &mut common::Rocsd, pid: u64) {
         let ts = d.ok(json!({"request": "targets"}));
         (target(&ts, "art")?["pages_confined"].as_u64()? > 0).then_some(())
     });
-    d.ok(json!({"request": "restore", "target": "art"}));
-    d.wait(Duration::from_secs(30), "art restored", |d| {
-        let ts = d.ok(json!({"request": "targets"}));
-        let t = target(&ts, "art")?;
-        (t["pages_confined"] == 0 && t["state"] == "paused").then_some(())
-    });
+    // Restore says how many pages went back: here all of them before the reply (fewer
+    // than page_budget), so none is still confined.
+    let r = d.ok(json!({"request": "restore", "target": "art"}));
+    assert_eq!(r["targets"], json!([pid]));
+    assert!(r["pages_restored"].as_u64().unwrap() > 0, "{r}");
+    assert_eq!(r["pages_still_confined"], 0, "{r}");
+    let ts = d.ok(json!({"request": "targets"}));
+    let art = target(&ts, "art").unwrap();
+    assert_eq!(art["pages_confined"], 0, "{art}");
+    // The restored target is paused, and status says so (the daemon as a whole is not).
+    assert_eq!(art["state"], "paused", "{art}");
+    let status = d.ok(json!({"request": "status"}));
+    assert_eq!(status["paused"], false);
+    assert_eq!(status["paused_targets"], json!([pid]));
+    // It stays paused, with nothing confined, until resumed.
+    std::thread::sleep(Duration::from_millis(500));
+    let ts = d.ok(json!({"request": "targets"}));
+    let art = target(&ts, "art").unwrap();
+    assert!(
+        art["state"] == "paused" && art["pages_confined"] == 0,
+        "{art}"
+    );
+    let r = d.ok(json!({"request": "resume", "target": "art"}));
+    assert!(r.get("pages_restored").is_none(), "{r}");
+    let status = d.ok(json!({"request": "status"}));
+    assert_eq!(status["paused_targets"], json!([]));
 
     // Unknown and ambiguous targets are refused with a reason.
     let r = d.raw(json!({"request": "profile", "target": "nosuch"}));

@@ -9,14 +9,11 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
-use rocs_config::protocol::{
-    encode_request, ActionReply, ConfineReply, HistoryReply, PageRow, ProfileReply, ReloadReply,
-    Reply, Request, StackReply, StatusReply, TargetSummary,
-};
-use rocs_core::{DataSource, MissRateStack, PageProfile};
-use serde_json::Value;
+use rocs_config::protocol::{encode_request, ProfileReply, Reply, Request};
 
-use crate::render;
+mod text;
+pub use text::count;
+use text::{render_text, write_svg};
 
 /// Options every command takes, before or after the command's name.
 #[derive(Args, Clone, Debug)]
@@ -34,6 +31,11 @@ pub enum ClientCommand {
     /// rocsd: platform, what it can do here, policies, targets.
     Status,
     /// The processes rocsd is attached to, with their state, IPC, MPKI and pages.
+    ///
+    /// PROFILED counts the pages with samples in the last profile; CONFINED the pages in the
+    /// pollute buffer. CONFINED may exceed PROFILED: the stack's regions also cover the
+    /// unsampled pages between sampled ones (a region is confined whole, as in ROCS Fig. 3),
+    /// and pages confined by name need no samples.
     Targets,
     /// A target's page profile from rocsd (sampled hits and misses by address, the miss-rate
     /// histogram and the address-space map); or, with --perf-data, a perf.data file's.
@@ -53,6 +55,10 @@ pub enum ClientCommand {
         svg: Option<PathBuf>,
     },
     /// A target's miss-rate stack: its pages ordered by miss rate, the confined ones marked.
+    ///
+    /// Pages are ranked by their region's miss rate (REGION RATE: address-adjacent pages of
+    /// similar rate merged, so that a page with few samples is not ranked alone); PAGE RATE
+    /// is the page's own sampled rate ("-": no LLC sample of its own).
     Stack {
         target: String,
         /// Show at most this many entries from the top (0: all).
@@ -65,7 +71,12 @@ pub enum ClientCommand {
     Pause { target: Option<String> },
     /// Start again from observing (one target, or all).
     Resume { target: Option<String> },
-    /// Move a target's pages (or every target's) back out of the pollute buffer, and pause.
+    /// Move a target's pages (or every target's) back out of the pollute buffer, and pause
+    /// it until `resume`.
+    ///
+    /// The pause keeps the search from confining the pages again; `resume` starts the
+    /// target again from observing. The reply says how many pages went back, and how many
+    /// are still confined (still moving, at most page_budget a window, or unable to move).
     Restore { target: Option<String> },
     /// Re-read the policy files (a broken one is reported; the old policies stay).
     Reload,
@@ -194,359 +205,22 @@ pub fn run(cmd: ClientCommand, conn: &Global) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::FAILURE);
         }
     };
+    // The picture first: a reader that stops early (`| head`) must not cost the file.
+    let mut wrote = None;
+    if let (Some(path), Request::Profile { .. }) = (svg, &request) {
+        let p: ProfileReply = serde_json::from_value(result.clone())?;
+        write_svg(&p, &path)?;
+        wrote = Some(path);
+    }
     if conn.json {
         println!("{}", serde_json::to_string_pretty(&result)?);
     } else {
         print!("{}", render_text(&request, &result)?);
-    }
-    if let (Some(path), Request::Profile { .. }) = (svg, &request) {
-        let p: ProfileReply = serde_json::from_value(result)?;
-        write_svg(&p, &path)?;
-        if !conn.json {
+        if let Some(path) = wrote {
             println!("wrote {}", path.display());
         }
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// The answer for people.
-pub fn render_text(request: &Request, result: &Value) -> anyhow::Result<String> {
-    let r = result.clone();
-    Ok(match request {
-        Request::Status => status_text(&serde_json::from_value(r)?),
-        Request::Targets => targets_text(&serde_json::from_value::<Vec<TargetSummary>>(r)?),
-        Request::Profile { .. } => {
-            let p: ProfileReply = serde_json::from_value(r)?;
-            profile_text(&p) + &pictures_text(&p)
-        }
-        Request::Stack { .. } => stack_text(&serde_json::from_value(r)?),
-        Request::History { .. } => history_text(&serde_json::from_value(r)?),
-        Request::Pause { .. } | Request::Resume { .. } | Request::Restore { .. } => {
-            let a: ActionReply = serde_json::from_value(r)?;
-            let pids: Vec<String> = a.targets.iter().map(|p| p.to_string()).collect();
-            format!(
-                "{}: {} target(s){}\n",
-                a.action,
-                a.targets.len(),
-                if pids.is_empty() {
-                    String::new()
-                } else {
-                    format!(" ({})", pids.join(", "))
-                }
-            )
-        }
-        Request::Confine { .. } => {
-            let c: ConfineReply = serde_json::from_value(r)?;
-            format!(
-                "target {}: {} of {} named pages confined ({} confined by name in all)\n",
-                c.target, c.confined, c.pages, c.explicit
-            )
-        }
-        Request::Reload => {
-            let r: ReloadReply = serde_json::from_value(r)?;
-            let mut s = format!("policies reloaded: {}\n", r.policies.len());
-            for p in r.policies {
-                s += &format!("  {:<20} {}\n", p.name, p.file);
-            }
-            s
-        }
-    })
-}
-
-fn bytes(n: u64) -> String {
-    const UNITS: &[(u64, &str)] = &[(1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];
-    for &(u, name) in UNITS {
-        if n >= u && n.is_multiple_of(u) {
-            return format!("{} {name}", n / u);
-        }
-    }
-    format!("{n} B")
-}
-
-fn status_text(s: &StatusReply) -> String {
-    let mut out = format!(
-        "rocsd {} (protocol {}), pid {}, up {:.0} s\n",
-        s.version, s.protocol, s.pid, s.uptime_s
-    );
-    out += &format!("platform   {} ({})\n", s.platform, s.capability);
-    match &s.llc {
-        Some(g) => {
-            out += &format!(
-                "LLC        {}, {}-way, {} B lines, {} slice(s): {} colours of {} pages\n",
-                bytes(g.size()),
-                g.ways,
-                g.line_size,
-                g.slices,
-                s.colours,
-                bytes(g.page_size)
-            )
-        }
-        None => out += "LLC        unknown\n",
-    }
-    out += &format!(
-        "targets    {} now, {} since start, {} gone\n",
-        s.targets, s.targets_seen, s.targets_exited
-    );
-    out += &format!(
-        "paused     {}\n",
-        if s.paused { "yes (all targets)" } else { "no" }
-    );
-    out += &format!("policies   {}\n", s.policies.len());
-    for p in &s.policies {
-        out += &format!("  {:<20} {}\n", p.name, p.file);
-    }
-    if let Some(e) = &s.last_reload_error {
-        out += "last reload refused (the policies above stay in force):\n";
-        for line in e.lines() {
-            out += &format!("  {line}\n");
-        }
-    }
-    if s.notices.is_empty() {
-        out += "notices    none\n";
-    } else {
-        out += &format!("notices    {}\n", s.notices.len());
-        for n in &s.notices {
-            out += &format!("  {n}\n");
-        }
-    }
-    out
-}
-
-fn targets_text(ts: &[TargetSummary]) -> String {
-    if ts.is_empty() {
-        return "no targets (no running process matches a policy)\n".to_string();
-    }
-    let mut out = format!(
-        "{:>7}  {:<15} {:<12} {:<8} {:>7} {:>8} {:>8} {:>8} {:>9} {:>6}\n",
-        "PID", "COMM", "POLICY", "STATE", "IPC", "MPKI", "PROFILED", "CONFINED", "SAMPLES", "LOST"
-    );
-    for t in ts {
-        out += &format!(
-            "{:>7}  {:<15} {:<12} {:<8} {:>7.3} {:>8.2} {:>8} {:>8} {:>9} {:>6}\n",
-            t.pid,
-            t.comm,
-            t.policy,
-            t.state,
-            t.ipc,
-            t.mpki,
-            t.pages_profiled,
-            t.pages_confined,
-            t.samples,
-            t.lost_samples
-        );
-        if let Some(e) = &t.last_error {
-            out += &format!("{:>7}  last error: {e}\n", "");
-        }
-    }
-    out
-}
-
-fn head(t: &TargetSummary) -> String {
-    format!(
-        "target {} ({}), policy {}, {}{}: IPC {:.3}, MPKI {:.2}, {} windows\n",
-        t.pid,
-        t.comm,
-        t.policy,
-        t.state,
-        if t.capability == "full" {
-            String::new()
-        } else {
-            format!(" [{}]", t.capability)
-        },
-        t.ipc,
-        t.mpki,
-        t.windows
-    )
-}
-
-fn rate(hits: u64, misses: u64) -> String {
-    if hits + misses == 0 {
-        "-".into()
-    } else {
-        format!("{:.2}", misses as f64 / (hits + misses) as f64)
-    }
-}
-
-/// Runs of address-adjacent pages with the same confinement, for the profile table.
-fn runs(pages: &[PageRow]) -> Vec<(u64, u64, u64, u64, u64, bool)> {
-    let mut out: Vec<(u64, u64, u64, u64, u64, bool)> = Vec::new();
-    for p in pages {
-        match out.last_mut() {
-            Some(r) if r.1 + 1 == p.page && r.5 == p.confined => {
-                r.1 = p.page;
-                r.2 += 1;
-                r.3 += p.hits as u64;
-                r.4 += p.misses as u64;
-            }
-            _ => out.push((
-                p.page,
-                p.page,
-                1,
-                p.hits as u64,
-                p.misses as u64,
-                p.confined,
-            )),
-        }
-    }
-    out
-}
-
-fn profile_text(p: &ProfileReply) -> String {
-    let mut out = head(&p.target);
-    let confined = p.pages.iter().filter(|r| r.confined).count();
-    out += &format!(
-        "{} samples over {} pages of {}; {} pages confined\n",
-        p.samples,
-        p.pages.len(),
-        bytes(1 << p.page_shift),
-        confined
-    );
-    if p.pages.is_empty() {
-        out += "(no profile yet: the target has not been sampled)\n";
-        return out;
-    }
-    out += &format!(
-        "{:<37} {:>7} {:>8} {:>8} {:>6}  {}\n",
-        "ADDRESSES", "PAGES", "HITS", "MISSES", "RATE", "CONFINED"
-    );
-    let shift = p.page_shift;
-    let rows = runs(&p.pages);
-    const MAX_ROWS: usize = 40;
-    for r in rows.iter().take(MAX_ROWS) {
-        out += &format!(
-            "{:#018x}-{:#018x} {:>7} {:>8} {:>8} {:>6}  {}\n",
-            r.0 << shift,
-            ((r.1 + 1) << shift) - 1,
-            r.2,
-            r.3,
-            r.4,
-            rate(r.3, r.4),
-            if r.5 { "yes" } else { "" }
-        );
-    }
-    if rows.len() > MAX_ROWS {
-        out += &format!(
-            "... {} more runs (--json has every page)\n",
-            rows.len() - MAX_ROWS
-        );
-    }
-    out
-}
-
-fn stack_text(s: &StackReply) -> String {
-    let mut out = head(&s.target);
-    out += &format!(
-        "miss-rate stack: {} pages, the top {} confined{}\n",
-        s.total,
-        s.k,
-        if s.entries.len() < s.total {
-            format!(" (showing {})", s.entries.len())
-        } else {
-            String::new()
-        }
-    );
-    if s.entries.is_empty() {
-        return out;
-    }
-    out += &format!(
-        "{:>6}  {:<18} {:>8} {:>8} {:>6}\n",
-        "RANK", "PAGE", "HITS", "MISSES", "RATE"
-    );
-    for (i, e) in s.entries.iter().enumerate() {
-        out += &format!(
-            "{:>6}{} {:#018x} {:>8} {:>8} {:>6.2}\n",
-            i + 1,
-            if i < s.k { "*" } else { " " },
-            e.page.0 << s.page_shift,
-            e.hits,
-            e.misses,
-            e.miss_rate
-        );
-    }
-    if s.k > 0 {
-        out += "(* confined in the pollute buffer)\n";
-    }
-    if !s.explicit.is_empty() {
-        out += &format!(
-            "confined by name, outside the search: {} pages\n",
-            s.explicit.len()
-        );
-        for (first, last) in page_runs(&s.explicit) {
-            out += &format!(
-                "  {:#018x}-{:#018x} {:>7} pages\n",
-                first << s.page_shift,
-                ((last + 1) << s.page_shift) - 1,
-                last - first + 1
-            );
-        }
-    }
-    out
-}
-
-/// Runs of consecutive page numbers (sorted input): first and last of each.
-fn page_runs(pages: &[u64]) -> Vec<(u64, u64)> {
-    let mut runs: Vec<(u64, u64)> = Vec::new();
-    for &p in pages {
-        match runs.last_mut() {
-            Some(r) if r.1 + 1 == p => r.1 = p,
-            _ => runs.push((p, p)),
-        }
-    }
-    runs
-}
-
-fn history_text(h: &HistoryReply) -> String {
-    let mut out = head(&h.target);
-    if h.events.is_empty() {
-        out += "(nothing has happened yet)\n";
-    }
-    for e in &h.events {
-        out += &format!("{:>6}  {:<8} {}\n", e.window, e.kind, e.text);
-    }
-    out
-}
-
-/// The profile the daemon sent, as rocs-core's profile and (per-page) stack, for the pictures.
-fn rebuild(p: &ProfileReply) -> (PageProfile, MissRateStack) {
-    let mut profile = PageProfile::new(p.page_shift);
-    for r in &p.pages {
-        let addr = r.page << p.page_shift;
-        for (n, source) in [
-            (r.hits, DataSource::LlcHit),
-            (r.misses, DataSource::LlcMiss),
-            (r.other, DataSource::Other),
-        ] {
-            for _ in 0..n {
-                profile.record(addr, source);
-            }
-        }
-    }
-    let stack = MissRateStack::from_profile(&profile);
-    (profile, stack)
-}
-
-/// The miss-rate histogram (ROCS Fig. 2) and the address-space map (ROCS Fig. 3).
-fn pictures_text(p: &ProfileReply) -> String {
-    if p.pages.is_empty() {
-        return String::new();
-    }
-    let (profile, stack) = rebuild(p);
-    let mut out = String::from("\n");
-    out += &render::histogram_text(&stack, 10, 40);
-    out += "\n";
-    out += &render::address_map_text(&profile, 100, 6);
-    out
-}
-
-/// The same pictures as an SVG file.
-fn write_svg(p: &ProfileReply, path: &Path) -> anyhow::Result<()> {
-    let (profile, stack) = rebuild(p);
-    let title = format!(
-        "target {} ({}), policy {}",
-        p.target.pid, p.target.comm, p.target.policy
-    );
-    let doc = render::profile_svg(&profile, &stack, &title);
-    std::fs::write(path, doc).with_context(|| format!("writing {}", path.display()))
 }
 
 #[cfg(test)]
@@ -554,42 +228,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn runs_join_adjacent_pages_with_the_same_placement() {
-        let row = |page, confined| PageRow {
-            page,
-            hits: 1,
-            misses: 3,
-            other: 0,
-            confined,
-        };
-        let r = runs(&[row(1, false), row(2, false), row(3, true), row(5, true)]);
-        assert_eq!(
-            r,
-            vec![
-                (1, 2, 2, 2, 6, false),
-                (3, 3, 1, 1, 3, true),
-                (5, 5, 1, 1, 3, true)
-            ]
-        );
-    }
-
-    #[test]
-    fn ranges_and_runs_read_well() {
+    fn ranges_read_well() {
         assert_eq!(parse_range("0x1000-0x3000"), Ok([0x1000, 0x3000]));
         assert_eq!(parse_range("1000-3000"), Ok([0x1000, 0x3000]));
         assert!(parse_range("0x3000-0x1000").is_err());
         assert!(parse_range("0x3000").is_err());
         assert!(parse_range("x-y").is_err());
-        assert_eq!(
-            page_runs(&[1, 2, 3, 7, 9, 10]),
-            vec![(1, 3), (7, 7), (9, 10)]
-        );
-    }
-
-    #[test]
-    fn sizes_read_well() {
-        assert_eq!(bytes(512 << 10), "512 KiB");
-        assert_eq!(bytes(4096), "4 KiB");
-        assert_eq!(bytes(1000), "1000 B");
     }
 }

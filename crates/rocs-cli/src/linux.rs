@@ -214,7 +214,7 @@ pub fn emit_profile(
 ) -> anyhow::Result<()> {
     let stack = MissRateStack::from_profile(profile);
     if let Some(path) = svg {
-        let doc = render::profile_svg(profile, &stack, &out.source);
+        let doc = render::profile_svg(profile, &stack, &Default::default(), &out.source);
         std::fs::write(path, doc).with_context(|| format!("writing {}", path.display()))?;
         eprintln!("wrote {}", path.display());
     }
@@ -224,9 +224,9 @@ pub fn emit_profile(
     }
     println!("{}", out.source);
     println!(
-        "{} samples on {} pages{}",
-        out.samples_total,
-        out.pages.len(),
+        "{} on {}{}",
+        crate::client::count(out.samples_total as usize, "sample", "samples"),
+        crate::client::count(out.pages.len(), "page", "pages"),
         if out.measures_llc {
             ""
         } else {
@@ -400,8 +400,9 @@ fn profile_cmd(
     );
     if !json && (summary.without_address > 0 || summary.lost > 0) {
         eprintln!(
-            "rocsctl: note: {} samples without a data address were left out; {} samples were lost while recording",
-            summary.without_address, summary.lost
+            "rocsctl: note: {} without a data address left out; {} lost while recording",
+            crate::client::count(summary.without_address as usize, "sample", "samples"),
+            crate::client::count(summary.lost as usize, "sample", "samples")
         );
     }
     out.import = Some(summary);

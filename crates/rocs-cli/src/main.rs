@@ -34,6 +34,13 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // `rocsctl stack art | head` must end quietly when the reader goes away, as other
+    // Unix tools do, not panic on a failed print: let SIGPIPE end the process.
+    // SAFETY: called first thing in main, before any thread exists; SIG_DFL is a valid
+    // disposition for SIGPIPE.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Sim(cmd) => sim::run(cmd),

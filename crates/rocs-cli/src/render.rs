@@ -7,6 +7,9 @@ use std::fmt::Write;
 
 use rocs_core::{MissRateStack, PageCounts, PageProfile, VirtPage};
 
+mod svg;
+pub use svg::profile_svg;
+
 /// Pages per miss-rate bin: bin i holds rates in [i/bins, (i+1)/bins), the last bin
 /// includes 1.0.
 pub fn histogram_bins(stack: &MissRateStack, bins: usize) -> Vec<u64> {
@@ -71,6 +74,8 @@ pub struct MapColumn {
     pub first: VirtPage,
     pub last: VirtPage,
     pub counts: PageCounts,
+    /// Sampled pages in the column.
+    pub pages: u64,
     /// A gap of unsampled pages lies before this column.
     pub gap_before: bool,
 }
@@ -97,6 +102,7 @@ pub fn address_map_columns(profile: &PageProfile, columns: usize) -> Vec<MapColu
             last: chunk[chunk.len() - 1].0,
             gap_before: prev.is_some_and(|p| chunk[0].0 .0 > p.0 + 1),
             counts: PageCounts::default(),
+            pages: chunk.len() as u64,
         };
         for (i, (page, c)) in chunk.iter().enumerate() {
             if i > 0 && page.0 > chunk[i - 1].0 .0 + 1 {
@@ -172,194 +178,6 @@ pub fn address_map_text(profile: &PageProfile, width: usize, height: usize) -> S
     out
 }
 
-fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-}
-
-/// ROCS Fig. 2 as an SVG fragment at (x, y) of size w x h.
-fn histogram_svg_at(
-    out: &mut String,
-    stack: &MissRateStack,
-    bins: usize,
-    x: f64,
-    y: f64,
-    w: f64,
-    h: f64,
-) {
-    let counts = histogram_bins(stack, bins);
-    let total = stack.len().max(1) as f64;
-    let max = counts.iter().copied().max().unwrap_or(0).max(1) as f64 / total * 100.0;
-    let _ = writeln!(
-        out,
-        r#"<text x="{:.1}" y="{:.1}" font-size="14" font-weight="bold">Per-page LLC miss rate ({} pages)</text>"#,
-        x,
-        y - 8.0,
-        stack.len()
-    );
-    let _ = writeln!(
-        out,
-        r##"<rect x="{x:.1}" y="{y:.1}" width="{w:.1}" height="{h:.1}" fill="none" stroke="#888"/>"##
-    );
-    if stack.is_empty() {
-        let _ = writeln!(
-            out,
-            r#"<text x="{:.1}" y="{:.1}" font-size="12">no page has LLC samples (no data source)</text>"#,
-            x + 10.0,
-            y + h / 2.0
-        );
-        return;
-    }
-    let bw = w / counts.len() as f64;
-    for (i, &c) in counts.iter().enumerate() {
-        let pct = c as f64 / total * 100.0;
-        let bh = pct / max * (h - 10.0);
-        let _ = writeln!(
-            out,
-            r##"<rect x="{:.1}" y="{:.1}" width="{:.1}" height="{:.1}" fill="#c0392b"><title>{}-{}%: {} pages ({:.1}%)</title></rect>"##,
-            x + i as f64 * bw + 1.0,
-            y + h - bh,
-            (bw - 2.0).max(1.0),
-            bh,
-            i * 100 / counts.len(),
-            (i + 1) * 100 / counts.len(),
-            c,
-            pct
-        );
-    }
-    for t in [0, 50, 100] {
-        let _ = writeln!(
-            out,
-            r#"<text x="{:.1}" y="{:.1}" font-size="11" text-anchor="middle">{t}%</text>"#,
-            x + w * t as f64 / 100.0,
-            y + h + 14.0
-        );
-    }
-    let _ = writeln!(
-        out,
-        r#"<text x="{:.1}" y="{:.1}" font-size="11" text-anchor="middle">miss rate (y: share of pages, max {:.1}%)</text>"#,
-        x + w / 2.0,
-        y + h + 28.0,
-        max
-    );
-}
-
-/// ROCS Fig. 3 as an SVG fragment: stacked bars of hits (blue), misses (red) and other
-/// samples (grey) per column, and the miss rate per column below.
-fn address_map_svg_at(out: &mut String, profile: &PageProfile, x: f64, y: f64, w: f64, h: f64) {
-    let cols = address_map_columns(profile, (w / 2.0) as usize);
-    let _ = writeln!(
-        out,
-        r#"<text x="{:.1}" y="{:.1}" font-size="14" font-weight="bold">Address space, compacted: samples per page ({} pages) and miss rate</text>"#,
-        x,
-        y - 8.0,
-        profile.len()
-    );
-    let bars_h = h * 0.65;
-    let rate_y = y + bars_h + 20.0;
-    let rate_h = h - bars_h - 20.0;
-    let _ = writeln!(
-        out,
-        r##"<rect x="{x:.1}" y="{y:.1}" width="{w:.1}" height="{bars_h:.1}" fill="none" stroke="#888"/>"##
-    );
-    let _ = writeln!(
-        out,
-        r##"<rect x="{x:.1}" y="{rate_y:.1}" width="{w:.1}" height="{rate_h:.1}" fill="none" stroke="#888"/>"##
-    );
-    if cols.is_empty() {
-        return;
-    }
-    let shift = profile.page_shift();
-    let max = cols.iter().map(|c| c.accesses()).max().unwrap_or(1).max(1) as f64;
-    let cw = w / cols.len() as f64;
-    for (i, c) in cols.iter().enumerate() {
-        let cx = x + i as f64 * cw;
-        let mut top = y + bars_h;
-        for (n, colour) in [
-            (c.counts.hits, "#2e86c1"),
-            (c.counts.misses, "#c0392b"),
-            (c.counts.other, "#95a5a6"),
-        ] {
-            if n == 0 {
-                continue;
-            }
-            let bh = n as f64 / max * bars_h;
-            top -= bh;
-            let _ = writeln!(
-                out,
-                r#"<rect x="{cx:.2}" y="{top:.2}" width="{:.2}" height="{bh:.2}" fill="{colour}"><title>{:#x}: {} hits, {} misses, {} other</title></rect>"#,
-                cw.max(0.5),
-                c.first.addr(shift),
-                c.counts.hits,
-                c.counts.misses,
-                c.counts.other
-            );
-        }
-        if c.gap_before {
-            let _ = writeln!(
-                out,
-                r##"<line x1="{cx:.2}" y1="{y:.1}" x2="{cx:.2}" y2="{:.1}" stroke="#bbb" stroke-dasharray="2,2"/>"##,
-                y + bars_h
-            );
-        }
-        if let Some(r) = c.counts.miss_rate() {
-            let rh = r * rate_h;
-            let _ = writeln!(
-                out,
-                r##"<rect x="{cx:.2}" y="{:.2}" width="{:.2}" height="{rh:.2}" fill="#8e44ad"/>"##,
-                rate_y + rate_h - rh,
-                cw.max(0.5)
-            );
-        }
-    }
-    let first = cols[0].first.addr(shift);
-    let last = cols[cols.len() - 1].last.addr(shift);
-    let _ = writeln!(
-        out,
-        r#"<text x="{x:.1}" y="{:.1}" font-size="11">{first:#x}</text>"#,
-        rate_y + rate_h + 14.0
-    );
-    let _ = writeln!(
-        out,
-        r#"<text x="{:.1}" y="{:.1}" font-size="11" text-anchor="end">{last:#x}</text>"#,
-        x + w,
-        rate_y + rate_h + 14.0
-    );
-    let _ = writeln!(
-        out,
-        r#"<text x="{:.1}" y="{:.1}" font-size="11" text-anchor="end">miss rate 0-100%</text>"#,
-        x - 4.0,
-        rate_y + rate_h / 2.0
-    );
-    let _ = writeln!(
-        out,
-        r##"<text x="{:.1}" y="{:.1}" font-size="11" text-anchor="middle">blue: LLC hits, red: LLC misses, grey: other samples; dashed: unsampled pages skipped</text>"##,
-        x + w / 2.0,
-        rate_y + rate_h + 28.0
-    );
-}
-
-/// A whole SVG document: title, the histogram (Fig. 2) and the address map (Fig. 3).
-pub fn profile_svg(profile: &PageProfile, stack: &MissRateStack, title: &str) -> String {
-    let (width, height) = (960.0, 720.0);
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" font-family="sans-serif">"#
-    );
-    let _ = writeln!(out, r#"<rect width="100%" height="100%" fill="white"/>"#);
-    let _ = writeln!(
-        out,
-        r#"<text x="20" y="28" font-size="16">{}</text>"#,
-        esc(title)
-    );
-    histogram_svg_at(&mut out, stack, 10, 120.0, 70.0, 700.0, 200.0);
-    address_map_svg_at(&mut out, profile, 120.0, 360.0, 800.0, 300.0);
-    out.push_str("</svg>\n");
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -407,64 +225,5 @@ mod tests {
             text.contains("miss %") && text.contains("0x0 .. 0x64fff"),
             "{text}"
         );
-    }
-
-    #[test]
-    fn svg_is_one_document_with_both_figures_inside_its_view() {
-        let p = profile();
-        let svg = profile_svg(&p, &MissRateStack::from_profile(&p), "t <&> 1");
-        let doc = roxmltree::Document::parse(&svg).expect("well-formed XML");
-        let root = doc.root_element();
-        assert!(root.has_tag_name(("http://www.w3.org/2000/svg", "svg")));
-        let view: Vec<f64> = root
-            .attribute("viewBox")
-            .unwrap()
-            .split(' ')
-            .map(|v| v.parse().unwrap())
-            .collect();
-        assert_eq!(view.len(), 4);
-        assert_eq!(
-            doc.descendants().filter(|n| n.has_tag_name("svg")).count(),
-            1
-        );
-        let texts: Vec<&str> = doc
-            .descendants()
-            .filter(|n| n.has_tag_name("text"))
-            .filter_map(|n| n.text())
-            .collect();
-        // The title comes back as it was given: the markup in it was escaped.
-        assert_eq!(texts.first(), Some(&"t <&> 1"));
-        assert!(
-            texts.contains(&"Per-page LLC miss rate (10 pages)"),
-            "{texts:?}"
-        );
-        assert!(
-            texts
-                .iter()
-                .any(|t| t.starts_with("Address space, compacted")),
-            "{texts:?}"
-        );
-        // Every shape with a position and a size lies inside the picture.
-        let num = |n: &roxmltree::Node, a: &str| n.attribute(a).and_then(|v| v.parse::<f64>().ok());
-        let mut shapes = 0;
-        for n in doc.descendants().filter(|n| n.has_tag_name("rect")) {
-            let (Some(x), Some(y), Some(w), Some(h)) = (
-                num(&n, "x"),
-                num(&n, "y"),
-                num(&n, "width"),
-                num(&n, "height"),
-            ) else {
-                continue;
-            };
-            shapes += 1;
-            assert!(
-                w >= 0.0 && h >= 0.0,
-                "{:?}",
-                n.attributes().collect::<Vec<_>>()
-            );
-            assert!(x >= view[0] && x + w <= view[0] + view[2], "x {x} w {w}");
-            assert!(y >= view[1] && y + h <= view[1] + view[3], "y {y} h {h}");
-        }
-        assert!(shapes >= 10, "a bar per miss-rate bin at least: {shapes}");
     }
 }

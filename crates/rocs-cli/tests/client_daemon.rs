@@ -10,6 +10,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+// Each test file uses part of the SVG helpers.
+#[allow(dead_code)]
+mod svg_check;
+
 /// rocsd is built with the workspace (`cargo test --workspace`); when only this package's
 /// tests were built, build it the same way.
 fn rocsd_path() -> PathBuf {
@@ -76,7 +80,9 @@ pause_ms = 1
 cpu_share = 1.0
 [[sim.workload]]
 name = "art-like"
-scale = 4.0
+# Long enough that art (pid 1000) is still running when the tests ask for it by pid, on
+# a loaded machine too; the next run of the workload would be another pid.
+scale = 10.0
 {extra}"#,
             socket.display().to_string(),
             policies.display().to_string()
@@ -123,8 +129,9 @@ fn json(d: &Daemon, args: &[&str]) -> Value {
     let out = rocsctl(d, &a);
     assert!(
         out.status.success(),
-        "rocsctl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
+        "rocsctl {args:?} --json: {}{}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
     );
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
         panic!(
@@ -186,11 +193,23 @@ fn every_daemon_command_in_text_and_json() {
     let svg = d.dir.path().join("art.svg");
     let t = text(&d, &["profile", "art", "--svg", svg.to_str().unwrap()]);
     assert!(t.contains("samples over") && t.contains("ADDRESSES"), "{t}");
+    // The picture counts the same pages as the profile: a bar count per miss-rate bin
+    // that adds up to the pages with LLC samples, and a column per page or run of pages.
     let picture = std::fs::read_to_string(&svg).unwrap();
-    assert!(
-        picture.starts_with("<svg") || picture.starts_with("<?xml"),
-        "{picture:.80}"
-    );
+    let doc = svg_check::parse(&picture);
+    let with_llc = p["pages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["hits"].as_u64().unwrap() + r["misses"].as_u64().unwrap() > 0)
+        .count() as u64;
+    let counted: u64 = svg_check::in_group(&doc, "histogram", "count")
+        .iter()
+        .map(|n| n.text().unwrap().parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(counted, with_llc);
+    assert!(!svg_check::in_group(&doc, "address-map", "hits").is_empty());
+    assert_eq!(svg_check::in_group(&doc, "histogram", "x-tick").len(), 11);
 
     let s = json(&d, &["stack", "art", "--limit", "5"]);
     assert!(s["entries"].as_array().unwrap().len() <= 5);
@@ -210,7 +229,26 @@ fn every_daemon_command_in_text_and_json() {
     let r = json(&d, &["resume"]);
     assert_eq!(r["action"], "resume");
     let t = text(&d, &["restore", "art"]);
-    assert_eq!(t, format!("restore: 1 target(s) ({pid})\n"));
+    let first = t.lines().next().unwrap_or_default();
+    assert!(
+        first.starts_with(&format!("restore: 1 target ({pid}), ")),
+        "{t}"
+    );
+    assert!(
+        first.contains("moved back out of the pollute buffer"),
+        "{t}"
+    );
+    assert!(
+        t.ends_with("it stays paused until `rocsctl resume`\n"),
+        "{t}"
+    );
+    let t = text(&d, &["status"]);
+    assert!(
+        t.contains(&format!(
+            "paused     1 of 1 target ({pid}): paused or restored"
+        )),
+        "{t}"
+    );
 
     // Unknown target: exit 1, a reason, and JSON when asked.
     let out = rocsctl(&d, &["stack", "nosuch"]);
@@ -348,4 +386,109 @@ fn concurrent_rocsctl_status_each_get_an_answer_or_a_readable_refusal() {
     assert_eq!((answered, refused), (0, 300));
     drop(idle);
     assert_eq!(json(&d, &["status"])["platform"], "sim");
+}
+
+/// The colours the profile SVG paints its data in (render/svg.rs): LLC hits, misses,
+/// confined pages, miss rate.
+const DATA_COLOURS: [(&str, [u8; 3]); 4] = [
+    ("hits", [0x2e, 0x86, 0xc1]),
+    ("misses", [0xc0, 0x39, 0x2b]),
+    ("confined", [0xe6, 0x7e, 0x22]),
+    ("miss rate", [0x8e, 0x44, 0xad]),
+];
+
+/// A profile SVG from a real run, with pages confined, rendered by a real browser: the
+/// screenshot is a picture (not blank, not an error page) with every colour of the data.
+/// Skips, saying so, when chromium is not installed (tests/all.sh installs it).
+#[test]
+fn the_profile_svg_renders_in_a_real_browser() {
+    let Some(chromium) = find_on_path("chromium") else {
+        eprintln!("skipped: chromium is not installed (apt-get install chromium)");
+        return;
+    };
+    let d = start();
+    let t0 = Instant::now();
+    loop {
+        let ts = json(&d, &["targets"]);
+        let art = ts.as_array().unwrap().iter().find(|t| t["comm"] == "art");
+        if art.is_some_and(|t| t["pages_confined"].as_u64().unwrap() > 0) {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(240),
+            "art never confined pages: {ts}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let svg = d.dir.path().join("art.svg");
+    text(&d, &["profile", "art", "--svg", svg.to_str().unwrap()]);
+    let png = d.dir.path().join("art.png");
+    let (width, height) = (1000, 850);
+    let mut browser = Command::new(chromium)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+        ])
+        .arg(format!(
+            "--user-data-dir={}",
+            d.dir.path().join("chromium").display()
+        ))
+        .arg(format!("--screenshot={}", png.display()))
+        .arg(format!("--window-size={width},{height}"))
+        .arg(format!("file://{}", svg.display()))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while browser.try_wait().unwrap().is_none() {
+        if t0.elapsed() > Duration::from_secs(120) {
+            let _ = browser.kill();
+            panic!("chromium took more than 2 minutes to take a screenshot");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (size, pixels) = decode_rgb(&png);
+    assert_eq!(size, (width, height));
+    let white = pixels.iter().filter(|p| **p == [255, 255, 255]).count();
+    assert!(
+        white < pixels.len() * 95 / 100,
+        "the screenshot is nearly blank: {white} of {} pixels white",
+        pixels.len()
+    );
+    for (what, colour) in DATA_COLOURS {
+        let n = pixels.iter().filter(|p| **p == colour).count();
+        assert!(
+            n > 100,
+            "{n} pixels of {what} ({colour:?}) in {}",
+            png.display()
+        );
+    }
+}
+
+fn find_on_path(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(name))
+        .find(|p| p.is_file())
+}
+
+/// A PNG file's size and its pixels as RGB (any alpha dropped).
+fn decode_rgb(path: &Path) -> ((u32, u32), Vec<[u8; 3]>) {
+    let file = std::fs::File::open(path)
+        .unwrap_or_else(|e| panic!("no screenshot at {}: {e}", path.display()));
+    let mut decoder = png::Decoder::new(std::io::BufReader::new(file));
+    decoder.set_transformations(png::Transformations::EXPAND | png::Transformations::STRIP_16);
+    let mut reader = decoder.read_info().expect("a PNG");
+    let mut buf = vec![0; reader.output_buffer_size().expect("a PNG of sane size")];
+    let info = reader.next_frame(&mut buf).expect("a PNG frame");
+    let channels = info.color_type.samples();
+    assert!(channels >= 3, "a colour screenshot: {:?}", info.color_type);
+    let pixels = buf[..info.buffer_size()]
+        .chunks_exact(channels)
+        .map(|p| [p[0], p[1], p[2]])
+        .collect();
+    ((info.width, info.height), pixels)
 }

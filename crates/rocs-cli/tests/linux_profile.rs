@@ -7,6 +7,10 @@ use std::process::Command as StdCommand;
 use assert_cmd::Command;
 use serde_json::Value;
 
+// Each test file uses part of the SVG helpers.
+#[allow(dead_code)]
+mod svg_check;
+
 fn rocsctl() -> Command {
     Command::cargo_bin("rocsctl").unwrap()
 }
@@ -265,6 +269,19 @@ fn svg_and_text_pictures_from_a_file() {
         text.contains("address space, compacted") && text.contains("no data source"),
         "{text}"
     );
-    let doc = std::fs::read_to_string(&svg).unwrap();
-    assert!(doc.starts_with("<svg") && doc.contains("Per-page LLC miss rate"));
+    let (samples, pages) = samples_and_pages(&text);
+    let picture = std::fs::read_to_string(&svg).unwrap();
+    svg_check::assert_no_llc_picture(&svg_check::parse(&picture), samples, pages);
+}
+
+/// "N samples on P pages" of the text output.
+fn samples_and_pages(text: &str) -> (u64, usize) {
+    let line = text
+        .lines()
+        .find(|l| l.contains(" samples on "))
+        .unwrap_or_else(|| panic!("no 'samples on' line: {text}"));
+    let mut words = line.split(' ');
+    let samples = words.next().unwrap().parse().unwrap();
+    let pages = words.nth(2).unwrap().parse().unwrap();
+    (samples, pages)
 }

@@ -6,6 +6,10 @@ use std::process::{Child, Command as StdCommand, Stdio};
 use assert_cmd::Command;
 use serde_json::Value;
 
+// Each test file uses part of the SVG helpers.
+#[allow(dead_code)]
+mod svg_check;
+
 fn rocsctl() -> Command {
     Command::cargo_bin("rocsctl").unwrap()
 }
@@ -169,9 +173,12 @@ fn record_text_and_svg_show_the_pictures() {
         "a progress line per second: {err}"
     );
     assert!(err.contains("exited after"), "{err}");
-    let doc = std::fs::read_to_string(&svg).unwrap();
-    assert!(doc.starts_with("<svg") && doc.trim_end().ends_with("</svg>"));
-    assert!(doc.contains("<rect") && doc.contains("Address space"));
+    // The picture holds what the text says: "N samples on P pages".
+    let line = text.lines().find(|l| l.contains(" samples on ")).unwrap();
+    let words: Vec<&str> = line.split(' ').collect();
+    let (samples, pages) = (words[0].parse().unwrap(), words[3].parse().unwrap());
+    let picture = std::fs::read_to_string(&svg).unwrap();
+    svg_check::assert_no_llc_picture(&svg_check::parse(&picture), samples, pages);
 }
 
 #[test]

@@ -41,7 +41,8 @@ pub enum Request {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         target: Option<String>,
     },
-    /// Move pages back out of the pollute buffer.
+    /// Move pages back out of the pollute buffer (all targets when `target` is absent),
+    /// and pause the targets so that no search confines them again until `resume`.
     Restore {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         target: Option<String>,
@@ -319,7 +320,13 @@ pub struct StatusReply {
     pub targets_measured: u64,
     pub reloads: u64,
     pub last_reload_error: Option<String>,
+    /// The operator paused every target (`pause` or `restore` without a target); targets
+    /// found later start paused too.
     pub paused: bool,
+    /// The targets paused now, by pid: all of them when `paused`, else those paused or
+    /// restored one by one.
+    #[serde(default)]
+    pub paused_targets: Vec<u32>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -422,6 +429,15 @@ pub struct HistoryReply {
 pub struct ActionReply {
     pub action: String,
     pub targets: Vec<u32>,
+    /// `restore`: the pages of those targets moved back out of the pollute buffer before
+    /// this reply.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pages_restored: Option<usize>,
+    /// `restore`: their pages still confined when this reply was sent: still going back
+    /// (at most `page_budget` pages move per window), or pages that could not move (their
+    /// history says why).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pages_still_confined: Option<usize>,
 }
 
 /// `confine`: what naming the pages did.

@@ -866,3 +866,31 @@ fn a_dry_run_never_confines_named_pages() {
     assert!(a.is_empty());
     assert!(ctrl.explicit().is_empty());
 }
+
+#[test]
+fn a_search_that_ends_at_k0_says_its_probe_goes_back_not_that_pages_stay_confined() {
+    // Confining hurts: the search ends at k = 0 while its last probe is still confined;
+    // the restores are issued in the same step, so the words must not count those pages
+    // as confined ("k = 0 ... (86 confined)" read as a contradiction).
+    let mut d = Driver::new(knobs(SearchMode::Adaptive), World::new(flat(-0.3), 0.01, 5));
+    d.run_until_steady(200);
+    let reason = d
+        .ctrl
+        .history()
+        .find_map(|e| match &e.kind {
+            EventKind::Transition {
+                to: State::Steady,
+                reason,
+                ..
+            } => Some(reason.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert!(reason.starts_with("search chose k = 0 of "), "{reason}");
+    assert!(
+        reason.contains("of the last probe go back to the ordinary colours"),
+        "{reason}"
+    );
+    assert!(!reason.contains("stay confined"), "{reason}");
+    assert!(d.ctrl.confined().is_empty());
+}

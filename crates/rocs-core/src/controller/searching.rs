@@ -299,16 +299,47 @@ impl Controller {
         }
         if self.move_towards(k, out) {
             let run = self.run_mut_ref().expect("searching");
-            let mut reason = format!(
-                "search chose k = {k} of {} pages ({} confined)",
-                self.build.stack.len(),
-                self.pages.confined().len()
-            );
+            let mut reason = self.choice_words(k);
             if k == 0 && run.baseline_loud == 0 && run.baseline_quiet > 0 {
                 reason += "; at k = 0 the target missed too little to be worth profiling: nothing to gain";
             }
             self.enter_steady(reason, k > 0, out);
         }
+    }
+
+    /// What choosing `k` does, for the transition to Steady. The moves to `k` were only
+    /// issued: the pages they take back out of the buffer still count as confined until
+    /// their report comes, so say where the pages are going, not where they are now.
+    fn choice_words(&self, k: usize) -> String {
+        let (build, profile) = (&self.build, &self.profile);
+        let top: HashSet<VirtPage> = build.stack.top(k).collect();
+        // Pages no placement of this search moves (see `move_towards`).
+        let aside = |p: &VirtPage| {
+            self.pages.explicit().contains(p) || !(build.contains(*p) || profile.get(*p).is_some())
+        };
+        let confined = self.pages.confined();
+        let leaving = confined
+            .iter()
+            .filter(|p| !top.contains(p) && !aside(p))
+            .count();
+        let kept = confined.iter().filter(|p| aside(p)).count();
+        let mut words = format!("search chose k = {k} of {} pages", build.stack.len());
+        if leaving > 0 {
+            words += &format!(
+                "; {leaving} page{} of the last probe go{} back to the ordinary colours",
+                if leaving == 1 { "" } else { "s" },
+                if leaving == 1 { "es" } else { "" }
+            );
+        }
+        if kept > 0 {
+            words += &format!(
+                "; {kept} page{} outside the search stay{} confined (named by the operator or \
+                 a policy, or confined in an earlier phase that this profile did not see)",
+                if kept == 1 { "" } else { "s" },
+                if kept == 1 { "s" } else { "" }
+            );
+        }
+        words
     }
 
     fn run_mut_ref(&self) -> Option<&SearchRun> {
