@@ -13,10 +13,12 @@
 //!
 //! Everything is deterministic for a seed.
 
+mod campaign;
 mod evaluation;
 mod oracle;
+pub mod random;
+pub mod real;
 mod render;
-mod render_modern;
 mod rival;
 
 use std::collections::BTreeSet;
@@ -27,6 +29,7 @@ use rocs_core::{
     Pid, State, VirtPage,
 };
 
+pub use campaign::{random_cases, run_case, RandomCampaign, RandomCase, RandomRow, RandomSummary};
 pub use evaluation::{evaluate, evaluate_modern, EvalMode, EvalRow, Evaluation, TargetCheck};
 pub use oracle::{run_oracle, run_with_placements};
 pub use rival::{run_cat, CatRun};
@@ -140,6 +143,9 @@ pub struct RocsRun {
     pub phase_changes: u64,
     /// Phase changes whose new phase missed enough to be profiled.
     pub phase_changes_profiled: u64,
+    /// Samples the controllers received (the machine's own count is `samples` in its
+    /// counts, beside which this is reported).
+    #[serde(rename = "samples_received")]
     pub samples: u64,
     pub samples_lost: u64,
     pub profile_points: Vec<ProfilePoint>,
