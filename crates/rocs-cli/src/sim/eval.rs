@@ -170,6 +170,10 @@ pub fn write_all(dir: &Path, files: &[(String, String)]) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     for (name, text) in files {
         let path = dir.join(name);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)
+                .with_context(|| format!("creating {}", parent.display()))?;
+        }
         std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
     }
     eprintln!("wrote {}", dir.display());

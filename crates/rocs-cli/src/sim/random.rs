@@ -1,6 +1,6 @@
 //! `rocsctl sim eval --suite random`: the random campaign (issue 12). Each generated
 //! workload is written into --out as TOML, so that any run, the worst first, can be
-//! replayed with `rocsctl sim run --workload DIR/NAME.toml --machine M --seed S`.
+//! replayed with `rocsctl sim run --workload DIR/random/NAME.toml --machine M --seed S`.
 
 use std::process::ExitCode;
 
@@ -9,6 +9,9 @@ use rocs_sim::closed_loop::{random_cases, run_case, RandomCampaign};
 
 use super::eval::{all_machines, in_parallel, write_all, EvalArgs};
 use super::progress::Steps;
+
+/// The subdirectory of --out that holds the generated workloads.
+const WORKLOADS: &str = "random";
 
 pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
     let cfg = args.config()?;
@@ -64,7 +67,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
             ),
         ];
         for case in &cases {
-            let name = format!("{}.toml", case.workload.name);
+            let name = format!("{WORKLOADS}/{}.toml", case.workload.name);
             let shown = dir.join(&name).display().to_string();
             files.push((name, case.toml(&shown)));
         }

@@ -318,8 +318,8 @@ impl RandomCampaign {
             s,
             "Produced by `{}` (campaign seed {}, {} data accesses per LLC line, controller \
              window = baseline cycles / {}, oracle grid {}). Do not edit by hand: run the \
-             command again. Each generated workload is written beside this page as TOML \
-             (`<workload>.toml`); the table's replay command runs it again.\n",
+             command again. Each generated workload is written as TOML in `random/` beside \
+             this page; the tables' replay commands run it again from here.\n",
             self.command,
             self.seed,
             self.accesses_per_llc_line,
@@ -416,7 +416,7 @@ fn row_cells(r: &RandomRow) -> Vec<String> {
         format!("{:.3}", r.worst_tenant()),
         r.pages_confined.to_string(),
         format!(
-            "`rocsctl sim run --workload {}.toml --machine {} --seed {} --mode all`",
+            "`rocsctl sim run --workload random/{}.toml --machine {} --seed {} --mode all`",
             r.workload, r.machine, r.seed
         ),
     ]

@@ -62,6 +62,10 @@ pub struct LoopConfig {
     /// Oracle: evenly spaced candidates per profile, besides k = 0, region boundaries,
     /// rocs's own choice and the refinement around the best.
     pub oracle_grid: usize,
+    /// Oracle: try k = 0, quarters of the stack and rocs's choice first, and stop there
+    /// if they all lie within 1% of each other (a flat curve: nothing for the full grid
+    /// to find). The modern suite's, whose runs are long.
+    pub oracle_coarse_first: bool,
 }
 
 impl LoopConfig {
@@ -77,6 +81,7 @@ impl Default for LoopConfig {
             windows_per_run: 200,
             knobs: sim_knobs(),
             oracle_grid: 16,
+            oracle_coarse_first: false,
         }
     }
 }
@@ -380,7 +385,7 @@ pub fn compare(
         if modes.oracle {
             let colours = make()?.llc_geometry().colours();
             let pollute = cfg.knobs.pollute_colours.resolve(colours)?;
-            let oracle = run_oracle(make, &rocs, cfg.oracle_grid, &pollute, progress)?;
+            let oracle = run_oracle(make, &rocs, cfg, &pollute, progress)?;
             out.oracle_speedup = Some(ratio(out.baseline.stats.cycles, oracle.stats.cycles));
             out.fraction_of_oracle = Some(ratio(oracle.stats.cycles, rocs.stats.cycles));
             out.oracle = Some(oracle);

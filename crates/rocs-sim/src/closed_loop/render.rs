@@ -318,8 +318,11 @@ impl Evaluation {
              the L2 prefetcher off while it profiles); rocs, pf on = the same profiling with \
              the prefetcher left on; oracle-rocs = the best offline `k` for rocs's profile; \
              oracle-CAT = the best resctrl way masks found offline (one per process: `masks`, \
-             process order); both = rocs online on the oracle-CAT masks. The pollute buffer is \
-             1/16 of the LLC's colours. Verdict: within 1% is a tie.\n"
+             process order; a process alone gets every way: CAT splits processes, and one \
+             alone keeps its stream and its reused data under one mask); both = rocs online \
+             on the oracle-CAT masks. The pollute buffer is 1/16 of the LLC's colours. The \
+             oracle tries k = 0, the quarters of the stack and rocs's choice first and stops \
+             there when they lie within 1% (a flat curve). Verdict: within 1% is a tie.\n"
         );
         for machine in self.machines() {
             let _ = writeln!(s, "## {machine}\n");
