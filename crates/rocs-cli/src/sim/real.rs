@@ -1,5 +1,6 @@
 //! `rocsctl sim eval --suite real --traces DIR`: the real-program suite (issue 13). Every
-//! program of DIR/manifest.toml alone and every pair, on each machine; writes DIR/real.md
+//! program of DIR/manifest.toml alone and every pair (two traces sharing the LLC), on each
+//! machine; writes DIR/real.md
 //! (or --out/real.md) with its charts.
 
 use std::process::ExitCode;
@@ -19,7 +20,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
         );
     };
     let manifest = Manifest::read(&dir)?;
-    let cases = manifest.cases(&dir);
+    let cases = manifest.cases(&dir)?;
     let machines = args.machines(&all_machines())?;
     let runs: Vec<_> = machines
         .iter()

@@ -19,10 +19,12 @@ use serde::{Deserialize, Serialize};
 use super::render::{table, BarChart};
 use super::{compare, ratio, LoopConfig, LoopError, Modes};
 use crate::spec::{parse_toml, read_file};
-use crate::{Machine, MachineSpec, SimError, TraceFormat, TraceInput, TraceSpec};
+use crate::trace::TraceReader;
+use crate::{Machine, MachineSpec, SimError, TraceFormat, TraceSpec};
 
 /// How many times a program's trace is replayed in a run (a steady state needs its
-/// accesses more than once).
+/// accesses more than once); a pair's tenants each replay in a loop to this many times the
+/// longer one's references, so that they share the LLC to the end.
 pub const REPEAT: u32 = 3;
 
 /// DIR/manifest.toml.
@@ -57,6 +59,25 @@ pub struct RealCase {
     pub what: String,
     /// One trace per tenant.
     pub traces: Vec<PathBuf>,
+    /// References (trace events) in one pass of each trace.
+    pub events: Vec<u64>,
+}
+
+/// The events in one pass of the trace at `path`.
+fn events_in(path: &Path) -> Result<u64, SimError> {
+    let file = std::fs::File::open(path).map_err(|reason| SimError::Io {
+        path: path.to_path_buf(),
+        reason,
+    })?;
+    let mut reader = TraceReader::new(
+        Box::new(std::io::BufReader::with_capacity(1 << 20, file)),
+        TraceFormat::Detect,
+    )?;
+    let mut n = 0;
+    while reader.next_event()?.is_some() {
+        n += 1;
+    }
+    Ok(n)
 }
 
 impl Manifest {
@@ -113,48 +134,52 @@ impl Manifest {
         Ok(m)
     }
 
-    /// The programs alone, then the pairs.
-    pub fn cases(&self, dir: &Path) -> Vec<RealCase> {
-        let trace_of = |name: &str| {
-            let p = self
-                .programs
+    /// The programs alone, then the pairs (each trace read once, to count its events).
+    pub fn cases(&self, dir: &Path) -> Result<Vec<RealCase>, SimError> {
+        let mut events = std::collections::BTreeMap::new();
+        for p in &self.programs {
+            events.insert(p.name.as_str(), events_in(&dir.join(&p.trace))?);
+        }
+        let case = |name: &str, what: String, tenants: &[&Program]| RealCase {
+            name: name.to_string(),
+            what,
+            traces: tenants.iter().map(|p| dir.join(&p.trace)).collect(),
+            events: tenants.iter().map(|p| events[p.name.as_str()]).collect(),
+        };
+        let program = |name: &str| {
+            self.programs
                 .iter()
                 .find(|p| p.name == name)
-                .expect("checked");
-            dir.join(&p.trace)
+                .expect("checked")
         };
-        let alone = self.programs.iter().map(|p| RealCase {
-            name: p.name.clone(),
-            what: p.what.clone(),
-            traces: vec![dir.join(&p.trace)],
+        let alone = self
+            .programs
+            .iter()
+            .map(|p| case(&p.name, p.what.clone(), &[p]));
+        let pairs = self.pairs.iter().map(|pair| {
+            let tenants: Vec<&Program> = pair.tenants.iter().map(|t| program(t)).collect();
+            let what = format!("{} sharing the LLC", pair.tenants.join(" and "));
+            case(&pair.name, what, &tenants)
         });
-        let pairs = self.pairs.iter().map(|p| RealCase {
-            name: p.name.clone(),
-            what: format!("{} sharing the LLC", p.tenants.join(" and ")),
-            traces: p.tenants.iter().map(|t| trace_of(t)).collect(),
-        });
-        alone.chain(pairs).collect()
+        Ok(alone.chain(pairs).collect())
     }
 }
 
-/// A machine replaying `case`. Pairs need several traces on one machine, which the
-/// simulator does not replay yet: they are refused with that reason.
+/// A machine replaying `case`: a program alone [`REPEAT`] times, a pair's tenants each
+/// in a loop to [`REPEAT`] times the longer one's references.
 pub fn machine_for(case: &RealCase, spec: &MachineSpec, seed: u64) -> Result<Machine, SimError> {
-    match case.traces.as_slice() {
-        [one] => Machine::from_trace(
-            spec,
-            TraceSpec {
-                input: TraceInput::File(one.clone()),
-                format: TraceFormat::Detect,
-                repeat: REPEAT,
-                identity_map: false,
-            },
-            seed,
-        ),
-        _ => Err(SimError::Unsupported(
-            "several traces sharing one machine are not replayed yet".into(),
-        )),
-    }
+    let common = case.events.iter().max().copied().unwrap_or(0) * REPEAT as u64;
+    let alone = case.traces.len() == 1;
+    let traces = case
+        .traces
+        .iter()
+        .map(|path| TraceSpec {
+            repeat: if alone { REPEAT } else { 1 },
+            length: (!alone).then_some(common),
+            ..TraceSpec::file(path)
+        })
+        .collect();
+    Machine::from_traces(spec, traces, seed)
 }
 
 /// What one case gave on one machine, or why it did not run.
@@ -319,7 +344,8 @@ impl RealSuite {
         let _ = writeln!(
             s,
             "Produced by `{}` (seed {}). Do not edit by hand: run the command again. Each \
-             program's trace is replayed {REPEAT} times; a pair's two programs share the LLC. \
+             program's trace is replayed {REPEAT} times; a pair's two programs share the LLC, \
+             each replayed in a loop to {REPEAT} times the longer one's references. \
              speedup = baseline cycles / rocs cycles; oracle = the best offline `k` for \
              rocs's profile; of oracle = oracle cycles / rocs cycles; tenants = each \
              tenant's baseline cycles / its cycles under rocs.\n",
@@ -418,12 +444,7 @@ mod tests {
             &format!("{programs}[[pair]]\nname = \"a+b\"\ntenants = [\"a\", \"b\"]\n"),
         );
         let m = Manifest::read(&dir).unwrap();
-        let cases = m.cases(&dir);
-        assert_eq!(cases.len(), 3);
-        assert_eq!(
-            cases[2].traces,
-            vec![dir.join("a.rtrace"), dir.join("b.rtrace")]
-        );
+        assert!(m.cases(&dir).is_err(), "not traces: refused when counted");
         write(
             &dir,
             &format!("{programs}[[pair]]\nname = \"a+c\"\ntenants = [\"a\", \"c\"]\n"),
