@@ -136,7 +136,9 @@ pub fn table(header: &[&str], align: &str, rows: &[Vec<String>]) -> String {
     }
     s.push('\n');
     for r in rows {
-        let _ = writeln!(s, "| {} |", r.join(" | "));
+        // A '|' inside a cell would end it.
+        let cells: Vec<String> = r.iter().map(|c| c.replace('|', "\\|")).collect();
+        let _ = writeln!(s, "| {} |", cells.join(" | "));
     }
     s.push('\n');
     s
@@ -491,5 +493,11 @@ mod tests {
         .svg();
         assert_eq!(svg.matches("<rect x=").count(), 4 + 2, "bars and legend");
         assert!(svg.contains("pages &lt;confined&gt;"));
+    }
+
+    #[test]
+    fn a_bar_inside_a_cell_stays_inside_it() {
+        let t = table(&["a", "b"], "lr", &[vec!["x | y".into(), "1".into()]]);
+        assert_eq!(t.lines().nth(2), Some("| x \\| y | 1 |"));
     }
 }
