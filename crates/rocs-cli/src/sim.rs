@@ -4,7 +4,6 @@
 //! Each mode is one function returning a serializable [`ModeReport`]; adding a mode is
 //! adding a variant to [`Mode`] and a branch in [`run_mode`].
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -12,12 +11,16 @@ use anyhow::Context;
 use clap::{Args, Subcommand, ValueEnum};
 use rocs_core::SearchMode;
 use rocs_sim::closed_loop::{self, Comparison, LoopConfig, Modes, OracleRun, RocsRun};
+use rocs_sim::machine::Counts;
 use rocs_sim::{
     builtin_machines, builtin_workloads, Machine, MachineSpec, RunStats, Scale, Workload,
 };
 use serde::Serialize;
 
+mod eval;
 mod progress;
+mod random;
+mod real;
 mod trace;
 
 use progress::Steps;
@@ -35,10 +38,10 @@ pub enum SimCommand {
     /// format) on a simulated machine, record one (--record -- PROGRAM ARGS...), or convert
     /// one to the binary format (`sim trace convert IN OUT`).
     Trace(trace::TraceCommand),
-    /// Evaluate rocs like the ROCS paper: every workload of a suite, on ppc970fx and
-    /// xeon-like, baseline / rocs (adaptive and linear search) / oracle. Writes a Markdown
-    /// table and SVG charts.
-    Eval(EvalArgs),
+    /// Evaluate rocs on a suite: the ROCS paper's programs (paper), modern machines against
+    /// CAT (modern), generated workloads (random) or real programs' traces (real): baseline,
+    /// rocs and the oracle, written as Markdown with SVG charts.
+    Eval(eval::EvalArgs),
 }
 
 /// How rocs runs in the closed loop.
@@ -83,39 +86,6 @@ pub enum SearchArg {
     Linear,
     /// Coarse-to-fine over k, k = 0 always a candidate.
     Adaptive,
-}
-
-#[derive(Args)]
-pub struct EvalArgs {
-    /// The set of workloads: `paper` (the built-ins modelled on the ROCS paper's programs)
-    /// or `modern` (art-like, cg-like, noisy-neighbour and mcf-like against CAT, written
-    /// to modern.md).
-    #[arg(long, default_value = "paper")]
-    pub suite: String,
-    /// Machines to evaluate on [default: ppc970fx,xeon-like; modern: zen4-like,spr-like,
-    /// neoverse-like].
-    #[arg(long, value_delimiter = ',')]
-    pub machines: Option<Vec<String>>,
-    /// Multiply the workloads' length, or `auto` (sizes relative to each machine's LLC,
-    /// lengths in proportion) or `auto:N` (that, lengths times N).
-    #[arg(long, default_value = "1")]
-    pub scale: Scale,
-    #[arg(long, default_value_t = 1)]
-    pub seed: u64,
-    /// Controller windows per baseline run.
-    #[arg(long, default_value_t = LoopConfig::default().windows_per_run)]
-    pub windows: u64,
-    /// Oracle: evenly spaced candidate k per profile.
-    #[arg(long, default_value_t = LoopConfig::default().oracle_grid)]
-    pub oracle_grid: usize,
-    /// Workloads evaluated at the same time (each on its own thread).
-    #[arg(long, default_value_t = 1)]
-    pub jobs: usize,
-    /// Write README.md (the table), speedup-MACHINE.svg and evaluation.json here.
-    #[arg(long)]
-    pub out: Option<PathBuf>,
-    #[arg(long)]
-    pub json: bool,
 }
 
 #[derive(Args)]
@@ -177,24 +147,17 @@ const ORACLE_MEANS: &str =
    per candidate k on a grid over the profile's region boundaries, --oracle-grid; above 1,
    rocs's online choice did better than every k the oracle tried)";
 
-/// The numbers of one mode's run.
+/// The numbers of one mode's run: the machine's counts as it declares them, and what
+/// follows from them.
 #[derive(Clone, Debug, Serialize)]
 pub struct ModeReport {
-    pub instructions: u64,
-    pub cycles: u64,
+    #[serde(flatten)]
+    pub counts: Counts,
     pub ipc: f64,
-    pub llc_accesses: u64,
-    pub llc_misses: u64,
     pub llc_miss_rate: f64,
     pub llc_mpki: f64,
-    pub l1d_accesses: u64,
-    pub l1d_misses: u64,
-    pub l1i_accesses: u64,
-    pub l1i_misses: u64,
-    pub llc_data_misses: u64,
-    pub sampling_overhead_cycles: u64,
-    pub migration_overhead_cycles: u64,
-    /// Memory references simulated (data and instruction fetches).
+    /// Memory references simulated (data and instruction fetches); for the oracle, over
+    /// every candidate run.
     pub sim_accesses: u64,
     pub wall_seconds: f64,
     pub processes: Vec<rocs_sim::ProcessStats>,
@@ -209,20 +172,10 @@ pub struct ModeReport {
 impl ModeReport {
     fn from_stats(t: RunStats, wall_seconds: f64) -> Self {
         ModeReport {
-            instructions: t.instructions,
-            cycles: t.cycles,
+            counts: t.counts,
             ipc: t.ipc(),
-            llc_accesses: t.llc_accesses,
-            llc_misses: t.llc_misses,
             llc_miss_rate: t.llc_miss_rate(),
             llc_mpki: t.llc_mpki(),
-            l1d_accesses: t.l1d_accesses,
-            l1d_misses: t.l1d_misses,
-            l1i_accesses: t.l1i_accesses,
-            l1i_misses: t.l1i_misses,
-            llc_data_misses: t.llc_data_misses,
-            sampling_overhead_cycles: t.sampling_overhead_cycles,
-            migration_overhead_cycles: t.migration_overhead_cycles,
             sim_accesses: t.accesses,
             wall_seconds,
             processes: t.processes,
@@ -317,22 +270,23 @@ impl RunReport {
             self.sim_accesses_per_sec / 1e6
         );
         for (name, m) in &self.modes {
+            let c = &m.counts;
             println!(
                 "{name:>10}: {} instructions, {} cycles, IPC {:.4}, LLC {} accesses {} misses ({:.1}%), MPKI {:.2}, L1D {} accesses {} misses",
-                m.instructions,
-                m.cycles,
+                c.instructions,
+                c.cycles,
                 m.ipc,
-                m.llc_accesses,
-                m.llc_misses,
+                c.llc_accesses,
+                c.llc_misses,
                 m.llc_miss_rate * 100.0,
                 m.llc_mpki,
-                m.l1d_accesses,
-                m.l1d_misses
+                c.l1d_accesses,
+                c.l1d_misses
             );
-            if m.l1i_accesses > 0 {
+            if c.l1i_accesses > 0 {
                 println!(
                     "{:>10}  L1I {} accesses {} misses; LLC data misses {}",
-                    "", m.l1i_accesses, m.l1i_misses, m.llc_data_misses
+                    "", c.l1i_accesses, c.l1i_misses, c.llc_data_misses
                 );
             }
             if let Some(r) = &m.rocs {
@@ -387,7 +341,7 @@ pub fn run(cmd: SimCommand) -> anyhow::Result<ExitCode> {
         SimCommand::List { json } => list(json),
         SimCommand::Run(args) => run_workload(args),
         SimCommand::Trace(cmd) => trace::run(cmd),
-        SimCommand::Eval(args) => eval(args),
+        SimCommand::Eval(args) => eval::run(args),
     }
 }
 
@@ -500,155 +454,5 @@ fn run_workload(args: RunArgs) -> anyhow::Result<ExitCode> {
         RunReport::from_comparison(workload.name.clone(), profile.name.clone(), args.seed, c?)
     };
     report.emit(args.json)?;
-    Ok(ExitCode::SUCCESS)
-}
-
-/// The workloads of an evaluation suite.
-fn suite(name: &str) -> anyhow::Result<Vec<&'static str>> {
-    match name {
-        // The paper's programs, our two programs with nothing to gain, phases, two tenants.
-        "paper" => Ok(builtin_workloads()),
-        // What page colouring can do (art, cg, two tenants) and a program with nothing to
-        // gain, on machines of today, against CAT.
-        "modern" => Ok(vec!["art-like", "cg-like", "noisy-neighbour", "mcf-like"]),
-        other => anyhow::bail!("unknown suite {other:?}; known suites: paper, modern"),
-    }
-}
-
-fn eval(args: EvalArgs) -> anyhow::Result<ExitCode> {
-    if args.jobs == 0 {
-        anyhow::bail!("--jobs must be at least 1");
-    }
-    let workloads = suite(&args.suite)?;
-    let cfg = LoopArgs {
-        search: SearchArg::Adaptive,
-        windows: args.windows,
-        oracle_grid: args.oracle_grid,
-    }
-    .config()?;
-    let modern = args.suite == "modern";
-    let default_machines: &[&str] = if modern {
-        &["zen4-like", "spr-like", "neoverse-like"]
-    } else {
-        &["ppc970fx", "xeon-like"]
-    };
-    let machine_names = args
-        .machines
-        .clone()
-        .unwrap_or_else(|| default_machines.iter().map(|m| m.to_string()).collect());
-    let machines = machine_names
-        .iter()
-        .map(|m| MachineSpec::resolve(m))
-        .collect::<Result<Vec<_>, _>>()?;
-    let loaded = workloads
-        .iter()
-        .map(|w| Workload::resolve(w))
-        .collect::<Result<Vec<_>, _>>()?;
-    // Every (machine, workload) pair is independent: run them on `jobs` threads, each pair
-    // deterministic by itself, and keep the rows in suite order.
-    let pairs: Vec<(&MachineSpec, Workload)> = machines
-        .iter()
-        .flat_map(|m| loaded.iter().map(move |w| Ok((m, args.scale.apply(w, m)?))))
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    let total = pairs.len();
-    let steps = Steps::new(Some(total as u64));
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let results: std::sync::Mutex<Vec<Option<anyhow::Result<closed_loop::EvalRow>>>> =
-        std::sync::Mutex::new((0..total).map(|_| None).collect());
-    std::thread::scope(|scope| {
-        for _ in 0..args.jobs.min(total) {
-            scope.spawn(|| loop {
-                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let Some((machine, workload)) = pairs.get(i) else {
-                    break;
-                };
-                let make = || Machine::new(machine, workload, args.seed);
-                let prefix = format!("[{}/{total}] {} {}: ", i + 1, machine.name, workload.name);
-                let mut report = |what: &str| steps.step(&format!("{prefix}{what}"));
-                let evaluate = if modern {
-                    closed_loop::evaluate_modern
-                } else {
-                    closed_loop::evaluate
-                };
-                let row = evaluate(&machine.name, &workload.name, &make, &cfg, &mut report)
-                    .with_context(|| format!("evaluating {} on {}", workload.name, machine.name));
-                if let Ok(r) = &row {
-                    steps.line(&format!(
-                        "{prefix}done: speedup {:.3} (linear {:.3}), oracle {:.3}",
-                        r.adaptive.speedup, r.linear.speedup, r.oracle_speedup
-                    ));
-                }
-                steps.inc();
-                results.lock().expect("no thread panicked")[i] = Some(row);
-            });
-        }
-    });
-    steps.finish();
-    let rows = results
-        .into_inner()
-        .expect("no thread panicked")
-        .into_iter()
-        .map(|r| r.expect("every pair ran"))
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    let mut command = format!("rocsctl sim eval --suite {}", args.suite);
-    if let Some(m) = &args.machines {
-        command += &format!(" --machines {}", m.join(","));
-    }
-    if args.scale != Scale::Length(1.0) {
-        command += &format!(" --scale {}", args.scale);
-    }
-    if args.seed != 1 {
-        command += &format!(" --seed {}", args.seed);
-    }
-    if args.windows != LoopConfig::default().windows_per_run {
-        command += &format!(" --windows {}", args.windows);
-    }
-    if args.oracle_grid != LoopConfig::default().oracle_grid {
-        command += &format!(" --oracle-grid {}", args.oracle_grid);
-    }
-    if let Some(dir) = &args.out {
-        command += &format!(" --out {}", dir.display());
-    }
-    let length = match args.scale {
-        Scale::Length(v) | Scale::Auto { length: v } => v,
-    };
-    let evaluation = closed_loop::Evaluation::new(command, args.seed, length, args.windows, rows);
-    let markdown = if modern {
-        evaluation.modern_markdown()
-    } else {
-        evaluation.markdown()
-    };
-    if let Some(dir) = &args.out {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        let write = |name: String, text: &str| {
-            let path = dir.join(name);
-            std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))
-        };
-        let (page, json, svg): (&str, &str, fn(&closed_loop::Evaluation, &str) -> String) =
-            if modern {
-                (
-                    "modern.md",
-                    "modern.json",
-                    closed_loop::Evaluation::modern_svg,
-                )
-            } else {
-                ("README.md", "evaluation.json", closed_loop::Evaluation::svg)
-            };
-        write(page.into(), &markdown)?;
-        for m in evaluation.machines() {
-            let prefix = if modern { "modern" } else { "speedup" };
-            write(format!("{prefix}-{m}.svg"), &svg(&evaluation, &m))?;
-        }
-        write(
-            json.into(),
-            &(serde_json::to_string_pretty(&evaluation)? + "\n"),
-        )?;
-        eprintln!("wrote {}", dir.display());
-    }
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&evaluation)?);
-    } else {
-        print!("{markdown}");
-    }
     Ok(ExitCode::SUCCESS)
 }

@@ -320,3 +320,147 @@ fn eval_draws_each_speedup_as_a_bar_of_its_height() {
         );
     }
 }
+
+#[test]
+fn a_random_campaign_writes_each_workload_so_that_its_run_replays() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("random");
+    let campaign = run_json(&[
+        "sim",
+        "eval",
+        "--suite",
+        "random",
+        "--machines",
+        "tiny",
+        "--count",
+        "2",
+        "--length",
+        "30",
+        "--windows",
+        "50",
+        "--oracle-grid",
+        "2",
+        "--out",
+        out.to_str().unwrap(),
+        "--json",
+    ]);
+    let page = std::fs::read_to_string(out.join("random.md")).unwrap();
+    assert!(
+        page.contains("rocsctl sim eval --suite random --machines tiny"),
+        "{page}"
+    );
+    let rows = campaign["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 2);
+    assert_eq!(campaign["summary"]["runs"], 2);
+    for row in rows {
+        let file = out.join(format!("random/{}.toml", row["workload"].as_str().unwrap()));
+        let seed = row["seed"].as_u64().unwrap().to_string();
+        let again = run_json(&[
+            "sim",
+            "run",
+            "--workload",
+            file.to_str().unwrap(),
+            "--machine",
+            "tiny",
+            "--seed",
+            &seed,
+            "--mode",
+            "rocs",
+            "--windows",
+            "50",
+            "--json",
+        ]);
+        let speedup = again["speedup"].as_f64().unwrap();
+        assert_eq!(speedup, row["speedup"].as_f64().unwrap(), "{file:?}");
+    }
+    let (ok, _, err) = run(&["sim", "eval", "--suite", "random", "--count", "0"], None);
+    assert!(!ok && err.contains("--count"), "{err}");
+}
+
+/// A small binary trace of a loop over an array larger than `tiny`'s LLC, next to a
+/// reused table.
+fn write_trace(dir: &std::path::Path, name: &str) {
+    let mut t = String::new();
+    for i in 0..30_000u64 {
+        t.push_str(&format!("I  {:08x},4\n", 0x40_0000 + (i % 16) * 4));
+        t.push_str(&format!(" L {:08x},8\n", 0x100_0000 + (i * 64) % (1 << 20)));
+        t.push_str(&format!(
+            " L {:08x},8\n",
+            0x20_0000 + (i * 2_654_435_761) % (96 << 10)
+        ));
+    }
+    let text = dir.join(format!("{name}.lackey"));
+    std::fs::write(&text, t).unwrap();
+    let bin = dir.join(format!("{name}.rtrace"));
+    let (ok, _, err) = run(
+        &[
+            "sim",
+            "trace",
+            "convert",
+            text.to_str().unwrap(),
+            bin.to_str().unwrap(),
+        ],
+        None,
+    );
+    assert!(ok, "{err}");
+}
+
+#[test]
+fn the_real_suite_runs_programs_alone_and_in_pairs() {
+    let dir = tempfile::tempdir().unwrap();
+    let traces = dir.path();
+    write_trace(traces, "loop");
+    std::fs::write(
+        traces.join("manifest.toml"),
+        "[[program]]\nname = \"loop\"\ntrace = \"loop.rtrace\"\nwhat = \"a loop and a table\"\n\
+         [[program]]\nname = \"loop2\"\ntrace = \"loop.rtrace\"\nwhat = \"the same\"\n\
+         [[pair]]\nname = \"loop+loop2\"\ntenants = [\"loop\", \"loop2\"]\n",
+    )
+    .unwrap();
+    let suite = run_json(&[
+        "sim",
+        "eval",
+        "--suite",
+        "real",
+        "--traces",
+        traces.to_str().unwrap(),
+        "--machines",
+        "tiny",
+        "--windows",
+        "50",
+        "--oracle-grid",
+        "2",
+        "--json",
+    ]);
+    let rows = suite["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 3, "{suite}");
+    for row in rows {
+        assert!(row["speedup"].as_f64().unwrap() > 0.5, "{suite}");
+        assert!(row.get("not_run").is_none(), "{suite}");
+    }
+    assert_eq!(rows[2]["tenant_speedups"].as_array().unwrap().len(), 2);
+    let page = std::fs::read_to_string(traces.join("real.md")).unwrap();
+    assert!(page.contains("| loop | a loop and a table |"), "{page}");
+    assert!(page.contains("real-speedup-tiny.svg"), "{page}");
+    roxmltree::Document::parse(
+        &std::fs::read_to_string(traces.join("real-pages-tiny.svg")).unwrap(),
+    )
+    .expect("well-formed SVG");
+    std::fs::write(
+        traces.join("manifest.toml"),
+        "[[program]]\nname = \"loop\"\ntrace = \"loop.rtrace\"\nwhat = \"x\"\nsize = 1\n",
+    )
+    .unwrap();
+    let (ok, _, err) = run(
+        &[
+            "sim",
+            "eval",
+            "--suite",
+            "real",
+            "--traces",
+            traces.to_str().unwrap(),
+        ],
+        None,
+    );
+    assert!(!ok && err.contains("manifest.toml:5"), "{err}");
+}

@@ -356,7 +356,7 @@ impl Scale {
 }
 
 /// `bytes` rounded to a whole number of `elem`-byte elements, at least one.
-fn elements(bytes: f64, elem: u32) -> u64 {
+pub(crate) fn elements(bytes: f64, elem: u32) -> u64 {
     ((bytes / elem as f64).round() as u64).max(1) * elem as u64
 }
 

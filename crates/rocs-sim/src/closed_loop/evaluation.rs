@@ -91,7 +91,7 @@ pub fn evaluate(
     let adaptive = runs.pop().expect("two runs");
     let colours = make()?.llc_geometry().colours();
     let pollute = cfg.knobs.pollute_colours.resolve(colours)?;
-    let oracle = run_oracle(make, &adaptive, cfg.oracle_grid, &pollute, progress)?;
+    let oracle = run_oracle(make, &adaptive, cfg, &pollute, progress)?;
     let b = &baseline.stats;
     let mode = |r: &RocsRun| EvalMode {
         search: r.search.clone(),
@@ -133,8 +133,11 @@ pub fn evaluate(
 
 /// The modern suite's evaluation of one workload: [`evaluate`] with a pollute buffer of
 /// 1/16 of the LLC's colours (ROCS's 1 of the 970FX's 16: one colour of a 512-colour LLC
-/// is 64 KB), then CAT as the rival ([`run_cat`]) and, where the machine has a prefetcher
-/// switched off while profiling, rocs profiling with it left on.
+/// is 64 KB) and the oracle tried coarse first (its runs are long: where k = 0, the
+/// quarters of the stack and rocs's choice lie within 1%, the curve is flat and the grid
+/// is skipped), then CAT as the rival ([`run_cat`]; for a process alone, every way:
+/// [`CatRun::alone`]) and, where the machine has a prefetcher switched off while
+/// profiling, rocs profiling with it left on.
 pub fn evaluate_modern(
     machine: &str,
     workload: &str,
@@ -146,18 +149,27 @@ pub fn evaluate_modern(
     let colours = probe.llc_geometry().colours();
     let mut cfg = cfg.clone();
     cfg.knobs.pollute_colours = rocs_core::PolluteColours::Count((colours / 16).max(1));
+    cfg.oracle_coarse_first = true;
     let mut row = evaluate(machine, workload, make, &cfg, progress)?;
     let knobs = Knobs {
         search: rocs_core::SearchMode::Adaptive,
         ..cfg.knobs.clone()
     };
-    row.cat = Some(run_cat(
-        make,
-        row.baseline_cycles,
-        &knobs,
-        row.window_cycles,
-        progress,
-    )?);
+    row.cat = Some(if probe.pids().len() == 1 {
+        CatRun::alone(
+            probe.llc_ways(),
+            row.adaptive.speedup,
+            row.adaptive.pages_confined,
+        )
+    } else {
+        run_cat(
+            make,
+            row.baseline_cycles,
+            &knobs,
+            row.window_cycles,
+            progress,
+        )?
+    });
     if probe
         .spec()
         .prefetch

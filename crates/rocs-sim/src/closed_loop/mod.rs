@@ -13,10 +13,12 @@
 //!
 //! Everything is deterministic for a seed.
 
+mod campaign;
 mod evaluation;
 mod oracle;
+pub mod random;
+pub mod real;
 mod render;
-mod render_modern;
 mod rival;
 
 use std::collections::BTreeSet;
@@ -27,6 +29,7 @@ use rocs_core::{
     Pid, State, VirtPage,
 };
 
+pub use campaign::{random_cases, run_case, RandomCampaign, RandomCase, RandomRow, RandomSummary};
 pub use evaluation::{evaluate, evaluate_modern, EvalMode, EvalRow, Evaluation, TargetCheck};
 pub use oracle::{run_oracle, run_with_placements};
 pub use rival::{run_cat, CatRun};
@@ -59,6 +62,10 @@ pub struct LoopConfig {
     /// Oracle: evenly spaced candidates per profile, besides k = 0, region boundaries,
     /// rocs's own choice and the refinement around the best.
     pub oracle_grid: usize,
+    /// Oracle: try k = 0, quarters of the stack and rocs's choice first, and stop there
+    /// if they all lie within 1% of each other (a flat curve: nothing for the full grid
+    /// to find). The modern suite's, whose runs are long.
+    pub oracle_coarse_first: bool,
 }
 
 impl LoopConfig {
@@ -74,6 +81,7 @@ impl Default for LoopConfig {
             windows_per_run: 200,
             knobs: sim_knobs(),
             oracle_grid: 16,
+            oracle_coarse_first: false,
         }
     }
 }
@@ -140,6 +148,9 @@ pub struct RocsRun {
     pub phase_changes: u64,
     /// Phase changes whose new phase missed enough to be profiled.
     pub phase_changes_profiled: u64,
+    /// Samples the controllers received (the machine's own count is `samples` in its
+    /// counts, beside which this is reported).
+    #[serde(rename = "samples_received")]
     pub samples: u64,
     pub samples_lost: u64,
     pub profile_points: Vec<ProfilePoint>,
@@ -374,7 +385,7 @@ pub fn compare(
         if modes.oracle {
             let colours = make()?.llc_geometry().colours();
             let pollute = cfg.knobs.pollute_colours.resolve(colours)?;
-            let oracle = run_oracle(make, &rocs, cfg.oracle_grid, &pollute, progress)?;
+            let oracle = run_oracle(make, &rocs, cfg, &pollute, progress)?;
             out.oracle_speedup = Some(ratio(out.baseline.stats.cycles, oracle.stats.cycles));
             out.fraction_of_oracle = Some(ratio(oracle.stats.cycles, rocs.stats.cycles));
             out.oracle = Some(oracle);

@@ -6,7 +6,9 @@ use std::time::Instant;
 
 use rocs_core::{Pid, Placement, Remapper, VirtPage};
 
-use super::{instructions_of, LoopError, MachineFactory, OracleRun, ProfilePoint, RocsRun};
+use super::{
+    instructions_of, LoopConfig, LoopError, MachineFactory, OracleRun, ProfilePoint, RocsRun,
+};
 use crate::RunStats;
 
 /// Run the workload with, for each profile point, the top `ks[i]` pages of its stack
@@ -86,11 +88,26 @@ fn candidates(p: &ProfilePoint, grid: usize) -> BTreeSet<usize> {
     c
 }
 
-/// The paper's Best Offline over the rocs run's profiles.
+/// A curve whose candidates all lie within this of each other is flat.
+const FLAT: f64 = 0.01;
+
+/// The coarse candidates tried first when `oracle_coarse_first`: k = 0, the quarters of
+/// the stack and rocs's choice.
+fn coarse(p: &ProfilePoint) -> BTreeSet<usize> {
+    let n = p.stack.len();
+    let mut c: BTreeSet<usize> = (0..=4).map(|i| n * i / 4).collect();
+    if let Some(k) = p.chosen_k {
+        c.insert(k.min(n));
+    }
+    c
+}
+
+/// The paper's Best Offline over the rocs run's profiles (`cfg.oracle_grid` candidates
+/// per profile; with `cfg.oracle_coarse_first`, only the coarse ones where they are flat).
 pub fn run_oracle(
     make: &MachineFactory<'_>,
     rocs: &RocsRun,
-    grid: usize,
+    cfg: &LoopConfig,
     pollute: &[rocs_core::Colour],
     progress: &mut dyn FnMut(&str),
 ) -> Result<OracleRun, LoopError> {
@@ -137,11 +154,27 @@ pub fn run_oracle(
             results.insert(k, (t.cycles, t));
             Ok(())
         };
-        for k in candidates(p, grid) {
+        let mut flat = false;
+        if cfg.oracle_coarse_first {
+            for k in coarse(p) {
+                eval(k, &mut results)?;
+            }
+            let cycles = results.values().map(|(c, _)| *c as f64);
+            let (lo, hi) = cycles.fold((f64::INFINITY, 0.0f64), |(lo, hi), c| {
+                (lo.min(c), hi.max(c))
+            });
+            flat = hi <= lo * (1.0 + FLAT);
+        }
+        let grid = if flat {
+            BTreeSet::new()
+        } else {
+            candidates(p, cfg.oracle_grid)
+        };
+        for k in grid {
             eval(k, &mut results)?;
         }
         // Refine twice around the best: the midpoints to its neighbours.
-        for _ in 0..2 {
+        for _ in 0..if flat { 0 } else { 2 } {
             let best = *results
                 .iter()
                 .min_by_key(|(_, (c, _))| *c)

@@ -33,6 +33,28 @@ pub struct CatRun {
     pub wall_seconds: f64,
 }
 
+impl CatRun {
+    /// CAT for a process alone: no run needed. CAT partitions processes, and a process
+    /// alone keeps its stream and its reused data under one mask, so fewer ways only take
+    /// cache from both: the best mask is every way (the baseline), and rocs on it is rocs.
+    pub fn alone(ways: u32, rocs_speedup: f64, rocs_pages_confined: usize) -> CatRun {
+        let all = if ways >= 64 {
+            u64::MAX
+        } else {
+            (1u64 << ways) - 1
+        };
+        CatRun {
+            masks: vec![all],
+            speedup: 1.0,
+            both_speedup: rocs_speedup,
+            both_pages_confined: rocs_pages_confined,
+            candidates: Vec::new(),
+            stats: RunStats::default(),
+            wall_seconds: 0.0,
+        }
+    }
+}
+
 /// Machines of `make` with process i given `masks[i]`.
 fn with_masks<'a>(
     make: &'a MachineFactory<'a>,

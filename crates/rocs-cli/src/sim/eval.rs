@@ -1,0 +1,263 @@
+//! `rocsctl sim eval`: the evaluation suites. `paper` and `modern` run the built-in
+//! workloads (here), `random` generated ones ([`super::random`]), `real` real programs'
+//! traces ([`super::real`]). What they share: the arguments, running independent cases on
+//! `--jobs` threads with progress shown, and writing the pages.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use anyhow::Context;
+use clap::Args;
+use rocs_sim::closed_loop::{self, EvalRow, Evaluation, LoopConfig};
+use rocs_sim::{builtin_machines, builtin_workloads, Machine, MachineSpec, Scale, Workload};
+
+use super::progress::Steps;
+use super::{LoopArgs, SearchArg};
+
+#[derive(Args)]
+pub struct EvalArgs {
+    /// The set of workloads: `paper` (the built-ins modelled on the ROCS paper's programs),
+    /// `modern` (art-like, cg-like, noisy-neighbour and mcf-like against CAT, written to
+    /// modern.md), `random` (--count generated workloads, written to random.md) or `real`
+    /// (the programs and pairs of --traces DIR/manifest.toml, written to DIR/real.md).
+    #[arg(long, default_value = "paper")]
+    pub suite: String,
+    /// Machines to evaluate on [default: paper: ppc970fx,xeon-like; modern: zen4-like,
+    /// spr-like,neoverse-like; random and real: every built-in machine].
+    #[arg(long, alias = "machine", value_delimiter = ',')]
+    pub machines: Option<Vec<String>>,
+    /// Multiply the workloads' length, or `auto` (sizes relative to each machine's LLC,
+    /// lengths in proportion) or `auto:N` (that, lengths times N). Paper and modern only.
+    #[arg(long, default_value = "1")]
+    pub scale: Scale,
+    /// Seed of everything random (random: of the campaign; each workload's own seed
+    /// follows from it).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// random: how many workloads (spread over the machines in turn).
+    #[arg(long, default_value_t = 20)]
+    pub count: u64,
+    /// random: data accesses per line of the machine's LLC (all tenants together): the
+    /// run's length.
+    #[arg(long, default_value_t = closed_loop::random::DEFAULT_ACCESSES_PER_LLC_LINE)]
+    pub length: f64,
+    /// real: the directory of manifest.toml and its traces.
+    #[arg(long)]
+    pub traces: Option<PathBuf>,
+    /// Controller windows per baseline run.
+    #[arg(long, default_value_t = LoopConfig::default().windows_per_run)]
+    pub windows: u64,
+    /// Oracle: evenly spaced candidate k per profile.
+    #[arg(long, default_value_t = LoopConfig::default().oracle_grid)]
+    pub oracle_grid: usize,
+    /// Cases evaluated at the same time (each on its own thread).
+    #[arg(long, default_value_t = 1)]
+    pub jobs: usize,
+    /// Write the page (README.md, modern.md, random.md, real.md), its SVG charts and its
+    /// JSON here.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl EvalArgs {
+    /// The closed loop's configuration (adaptive search).
+    pub fn config(&self) -> anyhow::Result<LoopConfig> {
+        if self.jobs == 0 {
+            anyhow::bail!("--jobs must be at least 1");
+        }
+        LoopArgs {
+            search: SearchArg::Adaptive,
+            windows: self.windows,
+            oracle_grid: self.oracle_grid,
+        }
+        .config()
+    }
+
+    /// The machines asked for, or `default`.
+    pub fn machines(&self, default: &[&str]) -> anyhow::Result<Vec<MachineSpec>> {
+        let names: Vec<String> = self
+            .machines
+            .clone()
+            .unwrap_or_else(|| default.iter().map(|m| m.to_string()).collect());
+        Ok(names
+            .iter()
+            .map(|m| MachineSpec::resolve(m))
+            .collect::<Result<Vec<_>, _>>()?)
+    }
+
+    /// The command line that made a page, as people would type it again: the arguments
+    /// that differ from their defaults, in a fixed order, then `extra`.
+    pub fn command(&self, extra: &str) -> String {
+        let d = LoopConfig::default();
+        let mut c = format!("rocsctl sim eval --suite {}", self.suite);
+        if let Some(m) = &self.machines {
+            c += &format!(" --machines {}", m.join(","));
+        }
+        if self.scale != Scale::Length(1.0) {
+            c += &format!(" --scale {}", self.scale);
+        }
+        if self.seed != 1 {
+            c += &format!(" --seed {}", self.seed);
+        }
+        if self.windows != d.windows_per_run {
+            c += &format!(" --windows {}", self.windows);
+        }
+        if self.oracle_grid != d.oracle_grid {
+            c += &format!(" --oracle-grid {}", self.oracle_grid);
+        }
+        c += extra;
+        if let Some(dir) = &self.out {
+            c += &format!(" --out {}", dir.display());
+        }
+        c
+    }
+}
+
+pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
+    match args.suite.as_str() {
+        "paper" => builtins(args, builtin_workloads(), false),
+        "modern" => builtins(
+            args,
+            vec!["art-like", "cg-like", "noisy-neighbour", "mcf-like"],
+            true,
+        ),
+        "random" => super::random::run(args),
+        "real" => super::real::run(args),
+        other => {
+            anyhow::bail!("unknown suite {other:?}; known suites: paper, modern, random, real")
+        }
+    }
+}
+
+/// Run `case(i, steps)` for every `i < total` on `jobs` threads, each case deterministic
+/// by itself; the results in case order.
+pub fn in_parallel<T: Send>(
+    jobs: usize,
+    total: usize,
+    steps: &Steps,
+    case: &(dyn Fn(usize, &Steps) -> anyhow::Result<T> + Sync),
+) -> anyhow::Result<Vec<T>> {
+    let next = AtomicUsize::new(0);
+    let results: Mutex<Vec<Option<anyhow::Result<T>>>> =
+        Mutex::new((0..total).map(|_| None).collect());
+    std::thread::scope(|scope| {
+        for _ in 0..jobs.clamp(1, total.max(1)) {
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= total {
+                    break;
+                }
+                let result = case(i, steps);
+                steps.inc();
+                results.lock().expect("no thread panicked")[i] = Some(result);
+            });
+        }
+    });
+    results
+        .into_inner()
+        .expect("no thread panicked")
+        .into_iter()
+        .map(|r| r.expect("every case ran"))
+        .collect()
+}
+
+/// Write `files` (name, text) into `dir`.
+pub fn write_all(dir: &Path, files: &[(String, String)]) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    for (name, text) in files {
+        let path = dir.join(name);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)
+                .with_context(|| format!("creating {}", parent.display()))?;
+        }
+        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+    }
+    eprintln!("wrote {}", dir.display());
+    Ok(())
+}
+
+/// The paper and modern suites: built-in workloads on each machine.
+fn builtins(args: EvalArgs, workloads: Vec<&str>, modern: bool) -> anyhow::Result<ExitCode> {
+    let cfg = args.config()?;
+    let machines = args.machines(if modern {
+        &["zen4-like", "spr-like", "neoverse-like"]
+    } else {
+        &["ppc970fx", "xeon-like"]
+    })?;
+    let loaded = workloads
+        .iter()
+        .map(|w| Workload::resolve(w))
+        .collect::<Result<Vec<_>, _>>()?;
+    let pairs: Vec<(&MachineSpec, Workload)> = machines
+        .iter()
+        .flat_map(|m| loaded.iter().map(move |w| Ok((m, args.scale.apply(w, m)?))))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let total = pairs.len();
+    let steps = Steps::new(Some(total as u64));
+    let evaluate = if modern {
+        closed_loop::evaluate_modern
+    } else {
+        closed_loop::evaluate
+    };
+    let rows = in_parallel(args.jobs, total, &steps, &|i, steps| {
+        let (machine, workload) = &pairs[i];
+        let make = || Machine::new(machine, workload, args.seed);
+        let prefix = format!("[{}/{total}] {} {}: ", i + 1, machine.name, workload.name);
+        let mut report = |what: &str| steps.step(&format!("{prefix}{what}"));
+        let row: EvalRow = evaluate(&machine.name, &workload.name, &make, &cfg, &mut report)
+            .with_context(|| format!("evaluating {} on {}", workload.name, machine.name))?;
+        steps.line(&format!(
+            "{prefix}done: speedup {:.3} (linear {:.3}), oracle {:.3}",
+            row.adaptive.speedup, row.linear.speedup, row.oracle_speedup
+        ));
+        Ok(row)
+    });
+    steps.finish();
+    let length = match args.scale {
+        Scale::Length(v) | Scale::Auto { length: v } => v,
+    };
+    let evaluation = Evaluation::new(args.command(""), args.seed, length, args.windows, rows?);
+    let markdown = if modern {
+        evaluation.modern_markdown()
+    } else {
+        evaluation.markdown()
+    };
+    if let Some(dir) = &args.out {
+        let (page, json, prefix) = if modern {
+            ("modern.md", "modern.json", "modern")
+        } else {
+            ("README.md", "evaluation.json", "speedup")
+        };
+        let mut files = vec![
+            (page.to_string(), markdown.clone()),
+            (
+                json.to_string(),
+                serde_json::to_string_pretty(&evaluation)? + "\n",
+            ),
+        ];
+        for m in evaluation.machines() {
+            let svg = if modern {
+                evaluation.modern_svg(&m)
+            } else {
+                evaluation.svg(&m)
+            };
+            files.push((format!("{prefix}-{m}.svg"), svg));
+        }
+        write_all(dir, &files)?;
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&evaluation)?);
+    } else {
+        print!("{markdown}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Every built-in machine (the random and real suites' default).
+pub fn all_machines() -> Vec<&'static str> {
+    builtin_machines()
+}

@@ -1,0 +1,86 @@
+//! `rocsctl sim eval --suite random`: the random campaign (issue 12). Each generated
+//! workload is written into --out as TOML, so that any run, the worst first, can be
+//! replayed with `rocsctl sim run --workload DIR/random/NAME.toml --machine M --seed S`.
+
+use std::process::ExitCode;
+
+use anyhow::Context;
+use rocs_sim::closed_loop::{random_cases, run_case, RandomCampaign};
+
+use super::eval::{all_machines, in_parallel, write_all, EvalArgs};
+use super::progress::Steps;
+
+/// The subdirectory of --out that holds the generated workloads.
+const WORKLOADS: &str = "random";
+
+pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
+    let cfg = args.config()?;
+    if args.count == 0 {
+        anyhow::bail!("--count must be at least 1");
+    }
+    if !(args.length.is_finite() && args.length > 0.0) {
+        anyhow::bail!("--length must be a positive number of accesses per LLC line");
+    }
+    let machines = args.machines(&all_machines())?;
+    let cases = random_cases(args.seed, args.count, &machines, args.length);
+    let total = cases.len();
+    let steps = Steps::new(Some(total as u64));
+    let rows = in_parallel(args.jobs, total, &steps, &|i, steps| {
+        let case = &cases[i];
+        let prefix = format!(
+            "[{}/{total}] {} {}: ",
+            i + 1,
+            case.machine.name,
+            case.workload.name
+        );
+        let mut report = |what: &str| steps.step(&format!("{prefix}{what}"));
+        let row = run_case(case, &cfg, &mut report).with_context(|| {
+            format!(
+                "running {} on {} (seed {})",
+                case.workload.name, case.machine.name, case.seed
+            )
+        })?;
+        steps.line(&format!(
+            "{prefix}done: speedup {:.3}, oracle {:.3}, worst tenant {:.3}",
+            row.speedup,
+            row.oracle_speedup,
+            row.worst_tenant()
+        ));
+        Ok(row)
+    });
+    steps.finish();
+    let mut extra = format!(" --count {}", args.count);
+    if args.length != closed_loop_default_length() {
+        extra += &format!(" --length {}", args.length);
+    }
+    if args.jobs > 1 {
+        extra += &format!(" --jobs {}", args.jobs);
+    }
+    let campaign = RandomCampaign::new(args.command(&extra), args.seed, args.length, &cfg, rows?);
+    let markdown = campaign.markdown();
+    if let Some(dir) = &args.out {
+        let mut files = vec![
+            ("random.md".to_string(), markdown.clone()),
+            (
+                "random.json".to_string(),
+                serde_json::to_string_pretty(&campaign)? + "\n",
+            ),
+        ];
+        for case in &cases {
+            let name = format!("{WORKLOADS}/{}.toml", case.workload.name);
+            let shown = dir.join(&name).display().to_string();
+            files.push((name, case.toml(&shown)));
+        }
+        write_all(dir, &files)?;
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&campaign)?);
+    } else {
+        print!("{markdown}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn closed_loop_default_length() -> f64 {
+    rocs_sim::closed_loop::random::DEFAULT_ACCESSES_PER_LLC_LINE
+}

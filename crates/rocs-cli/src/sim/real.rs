@@ -1,0 +1,71 @@
+//! `rocsctl sim eval --suite real --traces DIR`: the real-program suite (issue 13). Every
+//! program of DIR/manifest.toml alone and every pair (two traces sharing the LLC), on each
+//! machine; writes DIR/real.md
+//! (or --out/real.md) with its charts.
+
+use std::process::ExitCode;
+
+use anyhow::Context;
+use rocs_sim::closed_loop::real::{run_real, Manifest, RealSuite};
+
+use super::eval::{all_machines, in_parallel, write_all, EvalArgs};
+use super::progress::Steps;
+
+pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
+    let cfg = args.config()?;
+    let Some(dir) = args.traces.clone() else {
+        anyhow::bail!(
+            "--suite real needs --traces DIR (a directory with manifest.toml and its traces, \
+             as tests/real/make-traces.sh writes it)"
+        );
+    };
+    let manifest = Manifest::read(&dir)?;
+    let cases = manifest.cases(&dir)?;
+    let machines = args.machines(&all_machines())?;
+    let runs: Vec<_> = machines
+        .iter()
+        .flat_map(|m| cases.iter().map(move |c| (m, c)))
+        .collect();
+    let total = runs.len();
+    let steps = Steps::new(Some(total as u64));
+    let rows = in_parallel(args.jobs, total, &steps, &|i, steps| {
+        let (machine, case) = runs[i];
+        let prefix = format!("[{}/{total}] {} {}: ", i + 1, machine.name, case.name);
+        let mut report = |what: &str| steps.step(&format!("{prefix}{what}"));
+        let row = run_real(case, machine, &cfg, args.seed, &mut report)
+            .with_context(|| format!("running {} on {}", case.name, machine.name))?;
+        steps.line(&match &row.not_run {
+            Some(why) => format!("{prefix}not run: {why}"),
+            None => format!(
+                "{prefix}done: speedup {:.3}, oracle {:.3}",
+                row.speedup, row.oracle_speedup
+            ),
+        });
+        Ok(row)
+    });
+    steps.finish();
+    let out = args.out.clone().unwrap_or_else(|| dir.clone());
+    let suite = RealSuite {
+        command: args.command(&format!(" --traces {}", dir.display())),
+        seed: args.seed,
+        rows: rows?,
+    };
+    let markdown = suite.markdown();
+    let mut files = vec![
+        ("real.md".to_string(), markdown.clone()),
+        (
+            "real.json".to_string(),
+            serde_json::to_string_pretty(&suite)? + "\n",
+        ),
+    ];
+    for m in suite.machines() {
+        files.extend(suite.svgs(&m));
+    }
+    write_all(&out, &files)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&suite)?);
+    } else {
+        print!("{markdown}");
+    }
+    Ok(ExitCode::SUCCESS)
+}

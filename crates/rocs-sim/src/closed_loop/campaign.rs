@@ -1,0 +1,513 @@
+//! The random campaign (issue 12): baseline, rocs and the oracle on generated workloads
+//! ([`random_workload`]), and the distribution that judges the controller: the worst
+//! speedup, the share of runs below 0.99 of off, how close rocs comes to the oracle where
+//! the oracle gains, and what the worst-treated tenant of a shared LLC paid.
+
+use std::fmt::Write;
+use std::time::Instant;
+
+use serde::Serialize;
+
+use super::random::{case_seed, random_workload};
+use super::render::{table, targets};
+use super::{compare, ratio, LoopConfig, LoopError, Modes, TargetCheck};
+use crate::{Machine, MachineSpec, Pattern, Workload};
+
+/// Below this (rocs cycles against off) a run counts as a loss.
+pub const LOSS: f64 = 0.99;
+/// The oracle gains at least this much: rocs is judged by its fraction of the oracle.
+pub const GAINFUL: f64 = 1.05;
+/// No tenant of a shared LLC may be slowed more than this against k = 0.
+pub const TENANT_FLOOR: f64 = 0.95;
+
+/// One generated workload on one machine.
+#[derive(Clone, Debug)]
+pub struct RandomCase {
+    /// Its place in the campaign.
+    pub index: u64,
+    /// The workload's and the machine's seed.
+    pub seed: u64,
+    pub machine: MachineSpec,
+    pub workload: Workload,
+}
+
+impl RandomCase {
+    /// The workload as TOML, with how it was made and how to run it again.
+    pub fn toml(&self, file: &str) -> String {
+        format!(
+            "# {}\n# Run again: rocsctl sim run --workload {file} --machine {} --seed {} --mode all\n{}",
+            self.workload.description,
+            self.machine.name,
+            self.seed,
+            toml::to_string(&self.workload).expect("a workload serializes")
+        )
+    }
+}
+
+/// The campaign's workloads: the i-th on `machines[i % machines.len()]`, from
+/// [`case_seed`]`(seed, i)`.
+pub fn random_cases(
+    seed: u64,
+    count: u64,
+    machines: &[MachineSpec],
+    accesses_per_llc_line: f64,
+) -> Vec<RandomCase> {
+    (0..count)
+        .zip(machines.iter().cycle())
+        .map(|(index, machine)| {
+            let seed = case_seed(seed, index);
+            RandomCase {
+                index,
+                seed,
+                machine: machine.clone(),
+                workload: random_workload(seed, machine, accesses_per_llc_line),
+            }
+        })
+        .collect()
+}
+
+/// What one case gave.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RandomRow {
+    pub index: u64,
+    pub seed: u64,
+    pub machine: String,
+    pub workload: String,
+    /// Each tenant's region patterns, e.g. "stencil+random | sequential".
+    pub shape: String,
+    pub tenants: usize,
+    pub baseline_cycles: u64,
+    /// baseline cycles / rocs cycles.
+    pub speedup: f64,
+    /// baseline cycles / oracle cycles.
+    pub oracle_speedup: f64,
+    /// oracle cycles / rocs cycles.
+    pub fraction_of_oracle: f64,
+    /// Each tenant's baseline cycles / its cycles under rocs, in pid order.
+    pub tenant_speedups: Vec<f64>,
+    pub pages_confined: usize,
+    pub search_windows: u64,
+    /// Cycles paid for sampling and migrating / rocs cycles.
+    pub overhead: f64,
+    pub wall_seconds: f64,
+}
+
+impl RandomRow {
+    /// The worst tenant's speedup (the run's own with one tenant).
+    pub fn worst_tenant(&self) -> f64 {
+        self.tenant_speedups
+            .iter()
+            .copied()
+            .fold(f64::INFINITY, f64::min)
+    }
+}
+
+fn pattern_name(p: Pattern) -> &'static str {
+    match p {
+        Pattern::Sequential => "sequential",
+        Pattern::Strided => "strided",
+        Pattern::Random => "random",
+        Pattern::PointerChase => "pointer-chase",
+        Pattern::Stencil => "stencil",
+    }
+}
+
+/// Baseline, rocs and the oracle of one case.
+pub fn run_case(
+    case: &RandomCase,
+    cfg: &LoopConfig,
+    progress: &mut dyn FnMut(&str),
+) -> Result<RandomRow, LoopError> {
+    let start = Instant::now();
+    let make = || Machine::new(&case.machine, &case.workload, case.seed);
+    let modes = Modes {
+        rocs: true,
+        oracle: true,
+    };
+    let c = compare(&make, cfg, modes, progress)?;
+    let rocs = c.rocs.as_ref().expect("asked for rocs");
+    let oracle = c.oracle.as_ref().expect("asked for the oracle");
+    let tenant_speedups = c
+        .baseline
+        .stats
+        .processes
+        .iter()
+        .map(|b| {
+            let under_rocs = rocs.stats.processes.iter().find(|p| p.pid == b.pid);
+            ratio(b.cycles, under_rocs.map_or(0, |p| p.cycles))
+        })
+        .collect();
+    let shape = case
+        .workload
+        .processes
+        .iter()
+        .map(|p| {
+            let names: Vec<&str> = p.regions.iter().map(|r| pattern_name(r.pattern)).collect();
+            names.join("+")
+        })
+        .collect::<Vec<_>>()
+        .join(" | ");
+    Ok(RandomRow {
+        index: case.index,
+        seed: case.seed,
+        machine: case.machine.name.clone(),
+        workload: case.workload.name.clone(),
+        shape,
+        tenants: case.workload.processes.len(),
+        baseline_cycles: c.baseline.stats.cycles,
+        speedup: ratio(c.baseline.stats.cycles, rocs.stats.cycles),
+        oracle_speedup: ratio(c.baseline.stats.cycles, oracle.stats.cycles),
+        fraction_of_oracle: ratio(oracle.stats.cycles, rocs.stats.cycles),
+        tenant_speedups,
+        pages_confined: rocs.pages_confined,
+        search_windows: rocs.search_windows,
+        overhead: ratio(rocs.overhead_cycles, rocs.stats.cycles),
+        wall_seconds: start.elapsed().as_secs_f64(),
+    })
+}
+
+/// The distribution over a campaign's rows.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RandomSummary {
+    pub runs: usize,
+    /// The index of the run with the lowest speedup.
+    pub worst: Option<u64>,
+    /// Runs below [`LOSS`] of off.
+    pub losses: usize,
+    /// Runs whose oracle gains at least [`GAINFUL`].
+    pub gainful: usize,
+    /// Fraction of oracle over the gainful runs: the median and the 90th-percentile-worst
+    /// (nine runs in ten do at least this well), nearest rank.
+    pub median_fraction: Option<f64>,
+    pub p90_worst_fraction: Option<f64>,
+    pub multi_tenant: usize,
+    /// The multi-tenant run whose worst tenant fared worst, and that tenant's speedup.
+    pub worst_tenant: Option<(u64, f64)>,
+    /// Multi-tenant runs with a tenant below [`TENANT_FLOOR`].
+    pub tenants_over_bound: usize,
+}
+
+/// The `q`-quantile (0..=1) of ascending `v` by nearest rank.
+fn nearest_rank(v: &[f64], q: f64) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    let rank = (q * v.len() as f64).ceil().max(1.0) as usize;
+    Some(v[rank.min(v.len()) - 1])
+}
+
+impl RandomSummary {
+    pub fn of(rows: &[RandomRow]) -> RandomSummary {
+        let worst = rows
+            .iter()
+            .min_by(|a, b| a.speedup.total_cmp(&b.speedup))
+            .map(|r| r.index);
+        let mut fractions: Vec<f64> = rows
+            .iter()
+            .filter(|r| r.oracle_speedup >= GAINFUL)
+            .map(|r| r.fraction_of_oracle)
+            .collect();
+        fractions.sort_by(f64::total_cmp);
+        let shared: Vec<&RandomRow> = rows.iter().filter(|r| r.tenants > 1).collect();
+        RandomSummary {
+            runs: rows.len(),
+            worst,
+            losses: rows.iter().filter(|r| r.speedup < LOSS).count(),
+            gainful: fractions.len(),
+            median_fraction: nearest_rank(&fractions, 0.5),
+            p90_worst_fraction: nearest_rank(&fractions, 0.1),
+            multi_tenant: shared.len(),
+            worst_tenant: shared
+                .iter()
+                .map(|r| (r.index, r.worst_tenant()))
+                .min_by(|a, b| a.1.total_cmp(&b.1)),
+            tenants_over_bound: shared
+                .iter()
+                .filter(|r| r.worst_tenant() < TENANT_FLOOR)
+                .count(),
+        }
+    }
+}
+
+/// A whole campaign and how it was made.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RandomCampaign {
+    pub command: String,
+    pub seed: u64,
+    pub accesses_per_llc_line: f64,
+    pub windows_per_run: u64,
+    pub oracle_grid: usize,
+    pub rows: Vec<RandomRow>,
+    pub summary: RandomSummary,
+}
+
+impl RandomCampaign {
+    pub fn new(
+        command: String,
+        seed: u64,
+        accesses_per_llc_line: f64,
+        cfg: &LoopConfig,
+        rows: Vec<RandomRow>,
+    ) -> Self {
+        RandomCampaign {
+            command,
+            seed,
+            accesses_per_llc_line,
+            windows_per_run: cfg.windows_per_run,
+            oracle_grid: cfg.oracle_grid,
+            summary: RandomSummary::of(&rows),
+            rows,
+        }
+    }
+
+    pub fn row(&self, index: u64) -> Option<&RandomRow> {
+        self.rows.iter().find(|r| r.index == index)
+    }
+
+    /// The issue's targets, checked.
+    pub fn targets(&self) -> Vec<TargetCheck> {
+        let s = &self.summary;
+        let worst = s.worst.and_then(|i| self.row(i));
+        let fraction = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.3}"));
+        vec![
+            TargetCheck {
+                target: format!("no run below {LOSS} of off ({} runs)", s.runs),
+                reached: s.losses == 0 && s.runs > 0,
+                detail: worst.map_or("no runs".into(), |r| {
+                    format!(
+                        "{} below; worst {:.3}: {} on {}",
+                        s.losses, r.speedup, r.workload, r.machine
+                    )
+                }),
+            },
+            TargetCheck {
+                target: format!(
+                    "where the oracle gains ≥ 5% ({} runs): median fraction of oracle ≥ 0.95",
+                    s.gainful
+                ),
+                reached: s.median_fraction.is_some_and(|v| v >= 0.95),
+                detail: format!("median {}", fraction(s.median_fraction)),
+            },
+            TargetCheck {
+                target: "where the oracle gains ≥ 5%: 90th-percentile-worst fraction ≥ 0.90"
+                    .into(),
+                reached: s.p90_worst_fraction.is_some_and(|v| v >= 0.90),
+                detail: format!("90th-percentile-worst {}", fraction(s.p90_worst_fraction)),
+            },
+            TargetCheck {
+                target: format!(
+                    "no tenant of a shared LLC below {TENANT_FLOOR} of its speed at k = 0 ({} runs)",
+                    s.multi_tenant
+                ),
+                reached: s.tenants_over_bound == 0,
+                detail: s.worst_tenant.map_or("no multi-tenant runs".into(), |(i, v)| {
+                    format!(
+                        "{} runs over the bound; worst tenant {v:.3} (run {i})",
+                        s.tenants_over_bound
+                    )
+                }),
+            },
+        ]
+    }
+
+    /// docs/evaluation/random.md: the distribution, the targets, the worst runs and how to
+    /// replay them.
+    pub fn markdown(&self) -> String {
+        let mut s = String::from("# rocs on random workloads\n\n");
+        let _ = writeln!(
+            s,
+            "Produced by `{}` (campaign seed {}, {} data accesses per LLC line, controller \
+             window = baseline cycles / {}, oracle grid {}). Do not edit by hand: run the \
+             command again. Each generated workload is written as TOML in `random/` beside \
+             this page; the tables' replay commands run it again from here.\n",
+            self.command,
+            self.seed,
+            self.accesses_per_llc_line,
+            self.windows_per_run,
+            self.oracle_grid
+        );
+        let _ = writeln!(
+            s,
+            "Workloads are drawn from the whole workload format (closed_loop/random.rs): one \
+             to four tenants, one to four regions each of every pattern, sizes from 1/64 of \
+             the LLC to 8 times it, random shares, phases for a third of the tenants; no \
+             tenant is background. speedup = baseline cycles / rocs cycles; of oracle = \
+             oracle cycles / rocs cycles; tenant = a tenant's baseline cycles / its cycles \
+             under rocs.\n"
+        );
+        s += "## Per machine\n\n";
+        let mut machines: Vec<&str> = Vec::new();
+        for r in &self.rows {
+            if !machines.contains(&r.machine.as_str()) {
+                machines.push(&r.machine);
+            }
+        }
+        let mut cells: Vec<Vec<String>> = machines
+            .iter()
+            .map(|m| {
+                let rows: Vec<RandomRow> = self
+                    .rows
+                    .iter()
+                    .filter(|r| r.machine == *m)
+                    .cloned()
+                    .collect();
+                summary_cells(m, &rows)
+            })
+            .collect();
+        cells.push(summary_cells("**all**", &self.rows));
+        s += &table(
+            &[
+                "machine",
+                "runs",
+                "worst speedup",
+                "below 0.99",
+                "oracle gains ≥ 5%",
+                "median of oracle",
+                "90th-pct-worst of oracle",
+                "worst tenant (shared runs)",
+                "seconds per run",
+            ],
+            "lrrrrrrrr",
+            &cells,
+        );
+        s += &targets(&self.targets());
+        s += "\n## The worst runs\n\n";
+        let mut worst: Vec<&RandomRow> = self.rows.iter().collect();
+        worst.sort_by(|a, b| a.speedup.total_cmp(&b.speedup));
+        let shown = worst
+            .iter()
+            .take(10.max(self.summary.losses))
+            .map(|r| row_cells(r))
+            .collect::<Vec<_>>();
+        s += &table(&ROW_HEADER, "rlrlrrrrrl", &shown);
+        let mut tenants: Vec<&RandomRow> = self.rows.iter().filter(|r| r.tenants > 1).collect();
+        tenants.sort_by(|a, b| a.worst_tenant().total_cmp(&b.worst_tenant()));
+        if !tenants.is_empty() {
+            s += "## The worst-treated tenants\n\n";
+            let shown: Vec<Vec<String>> = tenants.iter().take(5).map(|r| row_cells(r)).collect();
+            s += &table(&ROW_HEADER, "rlrlrrrrrl", &shown);
+        }
+        s
+    }
+}
+
+const ROW_HEADER: [&str; 10] = [
+    "run",
+    "machine",
+    "seed",
+    "tenants: regions",
+    "speedup",
+    "oracle",
+    "of oracle",
+    "worst tenant",
+    "pages confined",
+    "replay",
+];
+
+fn row_cells(r: &RandomRow) -> Vec<String> {
+    vec![
+        r.index.to_string(),
+        r.machine.clone(),
+        format!("{:#x}", r.seed),
+        r.shape.clone(),
+        format!("{:.3}", r.speedup),
+        format!("{:.3}", r.oracle_speedup),
+        format!("{:.3}", r.fraction_of_oracle),
+        format!("{:.3}", r.worst_tenant()),
+        r.pages_confined.to_string(),
+        format!(
+            "`rocsctl sim run --workload random/{}.toml --machine {} --seed {} --mode all`",
+            r.workload, r.machine, r.seed
+        ),
+    ]
+}
+
+fn summary_cells(label: &str, rows: &[RandomRow]) -> Vec<String> {
+    let s = RandomSummary::of(rows);
+    let worst = rows.iter().map(|r| r.speedup).fold(f64::INFINITY, f64::min);
+    let opt = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.3}"));
+    vec![
+        label.to_string(),
+        s.runs.to_string(),
+        if rows.is_empty() {
+            "-".into()
+        } else {
+            format!("{worst:.3}")
+        },
+        format!(
+            "{} ({:.1}%)",
+            s.losses,
+            100.0 * s.losses as f64 / s.runs.max(1) as f64
+        ),
+        s.gainful.to_string(),
+        opt(s.median_fraction),
+        opt(s.p90_worst_fraction),
+        opt(s.worst_tenant.map(|(_, v)| v)),
+        format!(
+            "{:.1}",
+            rows.iter().map(|r| r.wall_seconds).sum::<f64>() / rows.len().max(1) as f64
+        ),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(index: u64, speedup: f64, oracle: f64, tenants: Vec<f64>) -> RandomRow {
+        RandomRow {
+            index,
+            seed: index,
+            machine: "tiny".into(),
+            workload: format!("w{index}"),
+            shape: String::new(),
+            tenants: tenants.len(),
+            baseline_cycles: 1,
+            speedup,
+            oracle_speedup: oracle,
+            fraction_of_oracle: speedup / oracle,
+            tenant_speedups: tenants,
+            pages_confined: 0,
+            search_windows: 0,
+            overhead: 0.0,
+            wall_seconds: 0.0,
+        }
+    }
+
+    #[test]
+    fn the_summary_finds_the_worst_and_the_quantiles() {
+        let mut rows = vec![
+            row(0, 0.98, 1.0, vec![0.98]),
+            row(1, 1.0, 1.0, vec![1.02, 0.93]),
+            row(2, 1.2, 1.25, vec![1.2, 1.01]),
+        ];
+        // Ten gainful runs at 1.0..1.9 of speedup against an oracle of 2: fractions 0.5..0.95.
+        rows.extend((0..10).map(|i| row(10 + i, 1.0 + i as f64 / 10.0, 2.0, vec![1.0])));
+        let s = RandomSummary::of(&rows);
+        assert_eq!(s.runs, 13);
+        assert_eq!(s.worst, Some(0));
+        assert_eq!(s.losses, 1);
+        assert_eq!(s.gainful, 11);
+        assert_eq!(s.p90_worst_fraction, Some(0.55));
+        assert_eq!(s.median_fraction, Some(0.75));
+        assert_eq!(s.multi_tenant, 2);
+        assert_eq!(s.worst_tenant, Some((1, 0.93)));
+        assert_eq!(s.tenants_over_bound, 1);
+    }
+
+    #[test]
+    fn cases_go_round_the_machines_and_replay_from_their_seed() {
+        let machines: Vec<MachineSpec> = ["tiny", "ppc970fx"]
+            .iter()
+            .map(|m| MachineSpec::resolve(m).unwrap())
+            .collect();
+        let cases = random_cases(5, 4, &machines, 10.0);
+        let names: Vec<&str> = cases.iter().map(|c| c.machine.name.as_str()).collect();
+        assert_eq!(names, ["tiny", "ppc970fx", "tiny", "ppc970fx"]);
+        let c = &cases[3];
+        assert_eq!(c.workload, random_workload(c.seed, &machines[1], 10.0));
+        let text = c.toml("x.toml");
+        assert!(text.contains("--machine ppc970fx --seed"), "{text}");
+        assert_eq!(Workload::from_toml("x.toml", &text).unwrap(), c.workload);
+    }
+}

@@ -1,0 +1,473 @@
+//! The real-program suite (issue 13): programs' memory traces, alone and in pairs sharing
+//! the LLC, replayed under baseline, rocs and the oracle. The traces and their manifest
+//! are made by tests/real/make-traces.sh:
+//!
+//! ```toml
+//! [[program]]
+//! name = "sqlite3-join"          # unique
+//! trace = "sqlite3-join.rtrace"  # rocs-sim's binary trace, relative to the manifest
+//! what = "sqlite3 joining two generated tables"
+//! [[pair]]
+//! name = "sqlite3-join+xz"
+//! tenants = ["sqlite3-join", "xz-compress"]
+//! ```
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::render::{table, BarChart};
+use super::{compare, ratio, LoopConfig, LoopError, Modes};
+use crate::spec::{parse_toml, read_file};
+use crate::trace::TraceReader;
+use crate::{Machine, MachineSpec, SimError, TraceFormat, TraceSpec};
+
+/// How many times a program's trace is replayed in a run (a steady state needs its
+/// accesses more than once); a pair's tenants each replay in a loop to this many times the
+/// longer one's references, so that they share the LLC to the end.
+pub const REPEAT: u32 = 3;
+
+/// DIR/manifest.toml.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Manifest {
+    #[serde(rename = "program")]
+    pub programs: Vec<Program>,
+    #[serde(rename = "pair", default)]
+    pub pairs: Vec<Pair>,
+}
+
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Program {
+    pub name: String,
+    pub trace: PathBuf,
+    pub what: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Pair {
+    pub name: String,
+    pub tenants: Vec<String>,
+}
+
+/// A program alone or a pair: what one row of the suite runs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RealCase {
+    pub name: String,
+    pub what: String,
+    /// One trace per tenant.
+    pub traces: Vec<PathBuf>,
+    /// References (trace events) in one pass of each trace.
+    pub events: Vec<u64>,
+}
+
+/// The events in one pass of the trace at `path`.
+fn events_in(path: &Path) -> Result<u64, SimError> {
+    let file = std::fs::File::open(path).map_err(|reason| SimError::Io {
+        path: path.to_path_buf(),
+        reason,
+    })?;
+    let mut reader = TraceReader::new(
+        Box::new(std::io::BufReader::with_capacity(1 << 20, file)),
+        TraceFormat::Detect,
+    )?;
+    let mut n = 0;
+    while reader.next_event()?.is_some() {
+        n += 1;
+    }
+    Ok(n)
+}
+
+impl Manifest {
+    /// Read and check `dir`/manifest.toml: names unique, pairs of known programs, traces
+    /// present.
+    pub fn read(dir: &Path) -> Result<Manifest, SimError> {
+        let path = dir.join("manifest.toml");
+        let file = path.display().to_string();
+        let m: Manifest = parse_toml(&file, &read_file(&file)?)?;
+        let invalid = |message: String| SimError::Invalid {
+            file: file.clone(),
+            message,
+        };
+        if m.programs.is_empty() {
+            return Err(invalid("no [[program]]: nothing to run".into()));
+        }
+        let mut names: Vec<&str> = Vec::new();
+        for name in m
+            .programs
+            .iter()
+            .map(|p| &p.name)
+            .chain(m.pairs.iter().map(|p| &p.name))
+        {
+            if names.contains(&name.as_str()) {
+                return Err(invalid(format!("the name '{name}' is given twice")));
+            }
+            names.push(name);
+        }
+        for p in &m.programs {
+            let trace = dir.join(&p.trace);
+            if !trace.is_file() {
+                return Err(invalid(format!(
+                    "program '{}': its trace {} is missing (run tests/real/make-traces.sh)",
+                    p.name,
+                    trace.display()
+                )));
+            }
+        }
+        for pair in &m.pairs {
+            if pair.tenants.len() < 2 {
+                return Err(invalid(format!("pair '{}': give two tenants", pair.name)));
+            }
+            if let Some(t) = pair
+                .tenants
+                .iter()
+                .find(|t| !m.programs.iter().any(|p| &&p.name == t))
+            {
+                return Err(invalid(format!(
+                    "pair '{}': '{t}' is not a [[program]] of the manifest",
+                    pair.name
+                )));
+            }
+        }
+        Ok(m)
+    }
+
+    /// The programs alone, then the pairs (each trace read once, to count its events).
+    pub fn cases(&self, dir: &Path) -> Result<Vec<RealCase>, SimError> {
+        let mut events = std::collections::BTreeMap::new();
+        for p in &self.programs {
+            events.insert(p.name.as_str(), events_in(&dir.join(&p.trace))?);
+        }
+        let case = |name: &str, what: String, tenants: &[&Program]| RealCase {
+            name: name.to_string(),
+            what,
+            traces: tenants.iter().map(|p| dir.join(&p.trace)).collect(),
+            events: tenants.iter().map(|p| events[p.name.as_str()]).collect(),
+        };
+        let program = |name: &str| {
+            self.programs
+                .iter()
+                .find(|p| p.name == name)
+                .expect("checked")
+        };
+        let alone = self
+            .programs
+            .iter()
+            .map(|p| case(&p.name, p.what.clone(), &[p]));
+        let pairs = self.pairs.iter().map(|pair| {
+            let tenants: Vec<&Program> = pair.tenants.iter().map(|t| program(t)).collect();
+            let what = format!("{} sharing the LLC", pair.tenants.join(" and "));
+            case(&pair.name, what, &tenants)
+        });
+        Ok(alone.chain(pairs).collect())
+    }
+}
+
+/// A machine replaying `case`: a program alone [`REPEAT`] times, a pair's tenants each
+/// in a loop to [`REPEAT`] times the longer one's references.
+pub fn machine_for(case: &RealCase, spec: &MachineSpec, seed: u64) -> Result<Machine, SimError> {
+    let common = case.events.iter().max().copied().unwrap_or(0) * REPEAT as u64;
+    let alone = case.traces.len() == 1;
+    let traces = case
+        .traces
+        .iter()
+        .map(|path| TraceSpec {
+            repeat: if alone { REPEAT } else { 1 },
+            length: (!alone).then_some(common),
+            ..TraceSpec::file(path)
+        })
+        .collect();
+    Machine::from_traces(spec, traces, seed)
+}
+
+/// What one case gave on one machine, or why it did not run.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RealRow {
+    pub machine: String,
+    pub case: String,
+    pub what: String,
+    pub tenants: usize,
+    /// Why the case did not run on this machine (then the figures are 0).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub not_run: Option<String>,
+    pub speedup: f64,
+    pub oracle_speedup: f64,
+    pub fraction_of_oracle: f64,
+    /// Each tenant's baseline cycles / its cycles under rocs.
+    pub tenant_speedups: Vec<f64>,
+    pub search_windows: u64,
+    pub pages_confined: usize,
+    pub pages_profiled: usize,
+    /// Cycles paid for sampling and migrating / rocs cycles.
+    pub overhead: f64,
+}
+
+/// Baseline, rocs and the oracle of `case` on `spec`. A machine that cannot replay the
+/// case gives a row that says why.
+pub fn run_real(
+    case: &RealCase,
+    spec: &MachineSpec,
+    cfg: &LoopConfig,
+    seed: u64,
+    progress: &mut dyn FnMut(&str),
+) -> Result<RealRow, LoopError> {
+    let mut row = RealRow {
+        machine: spec.name.clone(),
+        case: case.name.clone(),
+        what: case.what.clone(),
+        tenants: case.traces.len(),
+        not_run: None,
+        speedup: 0.0,
+        oracle_speedup: 0.0,
+        fraction_of_oracle: 0.0,
+        tenant_speedups: Vec::new(),
+        search_windows: 0,
+        pages_confined: 0,
+        pages_profiled: 0,
+        overhead: 0.0,
+    };
+    if let Err(SimError::Unsupported(why)) = machine_for(case, spec, seed) {
+        row.not_run = Some(why);
+        return Ok(row);
+    }
+    let make = || machine_for(case, spec, seed);
+    let modes = Modes {
+        rocs: true,
+        oracle: true,
+    };
+    let c = compare(&make, cfg, modes, progress)?;
+    let rocs = c.rocs.as_ref().expect("asked for rocs");
+    let oracle = c.oracle.as_ref().expect("asked for the oracle");
+    row.speedup = ratio(c.baseline.stats.cycles, rocs.stats.cycles);
+    row.oracle_speedup = ratio(c.baseline.stats.cycles, oracle.stats.cycles);
+    row.fraction_of_oracle = ratio(oracle.stats.cycles, rocs.stats.cycles);
+    row.tenant_speedups = c
+        .baseline
+        .stats
+        .processes
+        .iter()
+        .map(|b| {
+            let under = rocs.stats.processes.iter().find(|p| p.pid == b.pid);
+            ratio(b.cycles, under.map_or(0, |p| p.cycles))
+        })
+        .collect();
+    row.search_windows = rocs.search_windows;
+    row.pages_confined = rocs.pages_confined;
+    row.pages_profiled = rocs.pages_profiled;
+    row.overhead = ratio(rocs.overhead_cycles, rocs.stats.cycles);
+    Ok(row)
+}
+
+/// The whole suite.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RealSuite {
+    pub command: String,
+    pub seed: u64,
+    pub rows: Vec<RealRow>,
+}
+
+const SPEEDUP_SERIES: [(&str, &str); 3] = [
+    ("baseline", "#9e9e9e"),
+    ("rocs", "#1f77b4"),
+    ("oracle", "#ff7f0e"),
+];
+
+impl RealSuite {
+    pub fn machines(&self) -> Vec<String> {
+        let mut v: Vec<String> = Vec::new();
+        for r in &self.rows {
+            if !v.contains(&r.machine) {
+                v.push(r.machine.clone());
+            }
+        }
+        v
+    }
+
+    fn ran_on(&self, machine: &str) -> Vec<&RealRow> {
+        self.rows
+            .iter()
+            .filter(|r| r.machine == machine && r.not_run.is_none())
+            .collect()
+    }
+
+    /// The charts of `machine`: (file name, SVG) of the speedups, the search's cost and
+    /// the pages confined.
+    pub fn svgs(&self, machine: &str) -> Vec<(String, String)> {
+        let rows = self.ran_on(machine);
+        let chart =
+            |title: String, series: &[(&str, &str)], value: &dyn Fn(&RealRow) -> Vec<f64>, unit| {
+                BarChart {
+                    title,
+                    series,
+                    groups: rows.iter().map(|r| (r.case.clone(), value(r))).collect(),
+                    unit_line: unit,
+                }
+                .svg()
+            };
+        vec![
+            (
+                format!("real-speedup-{machine}.svg"),
+                chart(
+                    format!("Speedup over baseline on {machine}"),
+                    &SPEEDUP_SERIES,
+                    &|r| vec![1.0, r.speedup, r.oracle_speedup],
+                    true,
+                ),
+            ),
+            (
+                format!("real-search-{machine}.svg"),
+                chart(
+                    format!("Search windows on {machine}"),
+                    &[("search windows", "#1f77b4")],
+                    &|r| vec![r.search_windows as f64],
+                    false,
+                ),
+            ),
+            (
+                format!("real-pages-{machine}.svg"),
+                chart(
+                    format!("Pages confined and profiled on {machine}"),
+                    &[("confined", "#1f77b4"), ("profiled", "#9e9e9e")],
+                    &|r| vec![r.pages_confined as f64, r.pages_profiled as f64],
+                    false,
+                ),
+            ),
+        ]
+    }
+
+    /// real.md.
+    pub fn markdown(&self) -> String {
+        use std::fmt::Write;
+        let mut s = String::from("# rocs on real programs\n\n");
+        let _ = writeln!(
+            s,
+            "Produced by `{}` (seed {}). Do not edit by hand: run the command again. Each \
+             program's trace is replayed {REPEAT} times; a pair's two programs share the LLC, \
+             each replayed in a loop to {REPEAT} times the longer one's references. \
+             speedup = baseline cycles / rocs cycles; oracle = the best offline `k` for \
+             rocs's profile; of oracle = oracle cycles / rocs cycles; tenants = each \
+             tenant's baseline cycles / its cycles under rocs.\n",
+            self.command, self.seed
+        );
+        for machine in self.machines() {
+            let _ = writeln!(s, "## {machine}\n");
+            if !self.ran_on(&machine).is_empty() {
+                for (file, _) in self.svgs(&machine) {
+                    let _ = writeln!(s, "![{file}]({file})\n");
+                }
+            }
+            let cells: Vec<Vec<String>> = self
+                .rows
+                .iter()
+                .filter(|r| r.machine == machine)
+                .map(|r| {
+                    if let Some(why) = &r.not_run {
+                        let mut c = vec![r.case.clone(), r.what.clone(), format!("not run: {why}")];
+                        c.resize(9, String::new());
+                        return c;
+                    }
+                    let tenants: Vec<String> = r
+                        .tenant_speedups
+                        .iter()
+                        .map(|t| format!("{t:.3}"))
+                        .collect();
+                    vec![
+                        r.case.clone(),
+                        r.what.clone(),
+                        format!("{:.3}", r.speedup),
+                        format!("{:.3}", r.oracle_speedup),
+                        format!("{:.3}", r.fraction_of_oracle),
+                        tenants.join(", "),
+                        r.search_windows.to_string(),
+                        format!("{} / {}", r.pages_confined, r.pages_profiled),
+                        format!("{:.2}%", r.overhead * 100.0),
+                    ]
+                })
+                .collect();
+            s += &table(
+                &[
+                    "program",
+                    "what",
+                    "rocs speedup",
+                    "oracle",
+                    "of oracle",
+                    "tenants",
+                    "search windows",
+                    "pages confined / profiled",
+                    "overhead",
+                ],
+                "llrrrrrrr",
+                &cells,
+            );
+        }
+        let ran: Vec<&RealRow> = self.rows.iter().filter(|r| r.not_run.is_none()).collect();
+        let below: Vec<String> = ran
+            .iter()
+            .filter(|r| r.speedup < 0.99)
+            .map(|r| format!("{} on {}: {:.3}", r.case, r.machine, r.speedup))
+            .collect();
+        let _ = writeln!(
+            s,
+            "## Never below 0.99 of off\n\n{} of {} runs below: {}\n",
+            below.len(),
+            ran.len(),
+            if below.is_empty() {
+                "none".into()
+            } else {
+                below.join("; ")
+            }
+        );
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(dir: &Path, manifest: &str) {
+        std::fs::write(dir.join("manifest.toml"), manifest).unwrap();
+    }
+
+    #[test]
+    fn the_manifest_is_checked_and_says_where() {
+        let dir = std::env::temp_dir().join(format!("rocs-real-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("a.rtrace"), b"x").unwrap();
+        std::fs::write(dir.join("b.rtrace"), b"x").unwrap();
+        let programs = "[[program]]\nname = \"a\"\ntrace = \"a.rtrace\"\nwhat = \"A\"\n\
+                        [[program]]\nname = \"b\"\ntrace = \"b.rtrace\"\nwhat = \"B\"\n";
+        write(
+            &dir,
+            &format!("{programs}[[pair]]\nname = \"a+b\"\ntenants = [\"a\", \"b\"]\n"),
+        );
+        let m = Manifest::read(&dir).unwrap();
+        assert!(m.cases(&dir).is_err(), "not traces: refused when counted");
+        write(
+            &dir,
+            &format!("{programs}[[pair]]\nname = \"a+c\"\ntenants = [\"a\", \"c\"]\n"),
+        );
+        let e = Manifest::read(&dir).unwrap_err().to_string();
+        assert!(e.contains("'c' is not a [[program]]"), "{e}");
+        write(&dir, &programs.replace("b.rtrace", "missing.rtrace"));
+        let e = Manifest::read(&dir).unwrap_err().to_string();
+        assert!(e.contains("missing.rtrace is missing"), "{e}");
+        write(
+            &dir,
+            &format!("{programs}[[program]]\nname = \"a\"\ntrace = \"a.rtrace\"\nwhat = \"\"\n"),
+        );
+        assert!(Manifest::read(&dir)
+            .unwrap_err()
+            .to_string()
+            .contains("'a' is given twice"));
+        write(
+            &dir,
+            "[[program]]\nname = \"a\"\ntrace = \"a.rtrace\"\nwhat = \"A\"\nsize = 3\n",
+        );
+        let e = Manifest::read(&dir).unwrap_err().to_string();
+        assert!(e.contains("manifest.toml:5"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

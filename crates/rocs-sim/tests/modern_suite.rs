@@ -1,0 +1,84 @@
+//! The modern suite's path (`rocsctl sim eval --suite modern`), small: a machine shaped
+//! like the modern built-ins (a private L2, an exclusive victim LLC with DRRIP, an L2
+//! prefetcher switched off while sampling, a TLB) but with a 256 KB LLC, running the
+//! built-in workloads sized to it (`--scale auto`), through `evaluate_modern` and the page
+//! it renders.
+
+use rocs_sim::closed_loop::{evaluate_modern, Evaluation, LoopConfig};
+use rocs_sim::{Machine, MachineSpec, Scale, Workload};
+
+fn small_modern() -> MachineSpec {
+    let text = "name = \"small-modern\"\nclock_ghz = 3.0\nbase_cpi = 0.4\npage_size = \"4KiB\"\n\
+                memory = \"256MiB\"\nmemory_latency = 300\n\
+                [l1d]\nsize = \"8KiB\"\nline = 64\nways = 8\n\
+                [l2]\nsize = \"32KiB\"\nline = 64\nways = 8\nlatency = 14\n\
+                [llc]\nsize = \"256KiB\"\nline = 64\nways = 16\nlatency = 50\npolicy = \"drrip\"\nfill = \"exclusive-victim\"\n\
+                [prefetch]\nstreams = 16\ndegree = 2\ndistance = 20\noff_while_sampling = true\n\
+                [tlb]\nentries = 256\nways = 8\nwalk_cycles = 30\n\
+                [pmu]\nsample_cost_cycles = 400\n";
+    MachineSpec::from_toml("small-modern.toml", text).unwrap()
+}
+
+fn config() -> LoopConfig {
+    LoopConfig {
+        oracle_grid: 4,
+        windows_per_run: 100,
+        ..LoopConfig::default()
+    }
+}
+
+#[test]
+fn one_workload_per_kind_through_the_modern_suite() {
+    let spec = small_modern();
+    let scale: Scale = "auto:0.03".parse().unwrap();
+    let mut rows = Vec::new();
+    for name in ["noisy-neighbour", "mcf-like"] {
+        let w = scale
+            .apply(&Workload::resolve(name).unwrap(), &spec)
+            .unwrap();
+        let make = || Machine::new(&spec, &w, 1);
+        let row = evaluate_modern(&spec.name, name, &make, &config(), &mut |_| {}).unwrap();
+        let cat = row.cat.as_ref().expect("the modern suite runs CAT");
+        eprintln!(
+            "{name}: rocs {:.3}, oracle {:.3} ({} candidates), CAT {:.3} {:x?}, both {:.3}, pf on {:?}",
+            row.adaptive.speedup,
+            row.oracle_speedup,
+            row.oracle_ks.len(),
+            cat.speedup,
+            cat.masks,
+            cat.both_speedup,
+            row.prefetch_on_speedup
+        );
+        assert_eq!(cat.masks.len(), w.processes.len());
+        assert!(
+            row.prefetch_on_speedup.is_some(),
+            "the prefetcher is off while sampling: the suite compares with it left on"
+        );
+        for v in [row.adaptive.speedup, row.oracle_speedup, cat.speedup] {
+            assert!(v.is_finite() && v > 0.5, "{name}: {v}");
+        }
+        if w.processes.len() == 1 {
+            // CAT has nothing to split: every way, no runs, and rocs on it is rocs.
+            assert_eq!(cat.speedup, 1.0);
+            assert!(cat.candidates.is_empty());
+            assert_eq!(cat.both_speedup, row.adaptive.speedup);
+        } else {
+            assert!(
+                cat.candidates.len() > 1,
+                "masks tried: {:?}",
+                cat.candidates
+            );
+            assert!(cat.speedup >= 1.0, "no CAT is a candidate: {}", cat.speedup);
+        }
+        rows.push(row);
+    }
+    let e = Evaluation::new("test".into(), 1, 0.03, 100, rows);
+    let page = e.modern_markdown();
+    assert!(page.contains("## small-modern"), "{page}");
+    for name in ["noisy-neighbour", "mcf-like"] {
+        assert!(page.contains(&format!("| {name} |")), "{page}");
+    }
+    let svg = e.modern_svg("small-modern");
+    // Five bars per workload, five legend boxes.
+    assert_eq!(svg.matches("<rect x=").count(), 2 * 5 + 5, "{svg}");
+}

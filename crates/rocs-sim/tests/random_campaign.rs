@@ -1,0 +1,85 @@
+//! The random campaign, small and fast (issue 12): generated workloads on the `tiny`
+//! machine, each run alone and under rocs. rocs must never make a run slower than 0.99 of
+//! off, nor slow any tenant of a shared LLC below 0.95 of its own speed at k = 0.
+//!
+//! A fixed list of seeds, plus a few drawn afresh on every run; every failing seed is
+//! printed with the command that replays it.
+
+use std::hash::{BuildHasher, Hasher};
+
+use rocs_sim::closed_loop::random::{random_workload, DEFAULT_ACCESSES_PER_LLC_LINE};
+use rocs_sim::closed_loop::{run_baseline, run_rocs, LoopConfig};
+use rocs_sim::{Machine, MachineSpec};
+
+const FIXED_SEEDS: [u64; 8] = [1, 2, 3, 4, 5, 6, 7, 8];
+const FRESH_SEEDS: usize = 2;
+
+/// Seeds that differ from one test run to the next (std's hasher keys are random).
+fn fresh_seeds() -> Vec<u64> {
+    let state = std::collections::hash_map::RandomState::new();
+    (0..FRESH_SEEDS as u64)
+        .map(|i| {
+            let mut h = state.build_hasher();
+            h.write_u64(i);
+            h.finish()
+        })
+        .collect()
+}
+
+/// What went wrong with `seed`'s workload, if anything.
+fn check(spec: &MachineSpec, seed: u64) -> Option<String> {
+    let w = random_workload(seed, spec, DEFAULT_ACCESSES_PER_LLC_LINE);
+    let make = || Machine::new(spec, &w, seed);
+    let cfg = LoopConfig::default();
+    let base = run_baseline(&make).unwrap();
+    let rocs = run_rocs(&make, &cfg.knobs, cfg.window_for(&base)).unwrap();
+    let speedup = base.stats.cycles as f64 / rocs.stats.cycles as f64;
+    let mut wrong = Vec::new();
+    if speedup < 0.99 {
+        wrong.push(format!("speedup {speedup:.3} < 0.99"));
+    }
+    if w.processes.len() > 1 {
+        for b in &base.stats.processes {
+            let r = rocs
+                .stats
+                .processes
+                .iter()
+                .find(|p| p.pid == b.pid)
+                .unwrap();
+            let tenant = b.cycles as f64 / r.cycles as f64;
+            if tenant < 0.95 {
+                wrong.push(format!("tenant {} at {tenant:.3} < 0.95", b.name));
+            }
+        }
+    }
+    eprintln!(
+        "seed {seed:#x}: {} tenants, speedup {speedup:.3}, {} pages confined",
+        w.processes.len(),
+        rocs.pages_confined
+    );
+    (!wrong.is_empty()).then(|| {
+        // Written where it can be replayed from.
+        let file = std::env::temp_dir().join(format!("{}.toml", w.name));
+        std::fs::write(&file, toml::to_string(&w).unwrap()).unwrap();
+        format!(
+            "seed {seed}: {}; replay: rocsctl sim run --workload {} --machine tiny --seed \
+             {seed} --mode all",
+            wrong.join(", "),
+            file.display()
+        )
+    })
+}
+
+#[test]
+fn rocs_never_loses_on_generated_workloads() {
+    let spec = MachineSpec::resolve("tiny").unwrap();
+    let seeds: Vec<u64> = FIXED_SEEDS.iter().copied().chain(fresh_seeds()).collect();
+    let failures: Vec<String> = seeds.iter().filter_map(|&s| check(&spec, s)).collect();
+    assert!(
+        failures.is_empty(),
+        "{} of {} generated workloads broke a bound:\n{}",
+        failures.len(),
+        seeds.len(),
+        failures.join("\n")
+    );
+}
