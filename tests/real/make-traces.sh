@@ -111,9 +111,9 @@ if have sort sort-lines; then
     trace sort-lines "GNU sort $(sort --version | head -1 | awk '{print $NF}') of $lines lines of words" -- \
         sort -S 64M "$work/lines.txt"
 fi
-if have python3 python-json; then
-    trace python-json "python3 $(python3 -c 'import platform; print(platform.python_version())') parsing and re-serialising $json_items JSON records" -- \
-        python3 -S -c 'import json, sys; d = json.load(open(sys.argv[1])); json.dumps(d, sort_keys=True)' "$work/data.json"
+if have /usr/bin/python3 python-json; then
+    trace python-json "python3 $(/usr/bin/python3 -c 'import platform; print(platform.python_version())') parsing and re-serialising $json_items JSON records" -- \
+        /usr/bin/python3 -S -c 'import json, sys; d = json.load(open(sys.argv[1])); json.dumps(d, sort_keys=True)' "$work/data.json"
 fi
 if have redis-server redis-kv && have redis-benchmark redis-kv; then
     sock=$work/redis.sock
