@@ -1,4 +1,6 @@
-//! rocsd.toml: the daemon's own settings.
+//! rocsd.toml: the daemon's own settings. Every key is optional, but an empty file is
+//! refused (a failed copy is likelier than a choice): a file of comments runs on the
+//! defaults.
 //!
 //! ```toml
 //! socket = "/run/rocs/rocsd.sock"   # the control socket
@@ -26,7 +28,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use toml::Spanned;
 
-use crate::error::{ConfigError, Location, Source};
+use crate::error::{read_text, ConfigError, Location, Source};
 use crate::knobs::{KnobTable, RawKnobs};
 
 pub const DEFAULT_CONFIG: &str = "/etc/rocs/rocsd.toml";
@@ -261,17 +263,24 @@ impl Source<'_> {
 }
 
 impl DaemonConfig {
-    /// Read rocsd.toml from `file`.
+    /// Read rocsd.toml from `file` (through the same reader as policies, so that a binary
+    /// file is reported at its first bad byte).
     pub fn load(file: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(file).map_err(|source| ConfigError::Read {
-            file: file.to_path_buf(),
-            source,
-        })?;
-        Self::parse(file, &text)
+        Self::parse(file, &read_text(file)?)
     }
 
     /// Parse rocsd.toml text read from `file`; relative paths are taken from `file`'s folder.
     pub fn parse(file: &Path, text: &str) -> Result<Self, ConfigError> {
+        if text.trim().is_empty() {
+            // Every key is optional, but an empty file is more often a failed copy or a
+            // truncated write than a choice: say so rather than run on the defaults.
+            return Err(ConfigError::at(
+                Location::of_offset(file, text, 0),
+                "rocsd.toml is empty: write the settings to change (config/rocsd.toml lists \
+                 them all), or only a comment such as `# built-in defaults` to run with the \
+                 defaults",
+            ));
+        }
         let raw: RawConfig =
             toml::from_str(text).map_err(|e| ConfigError::from_toml(file, text, &e))?;
         let src = Source { file, text };
@@ -516,14 +525,52 @@ mod tests {
     use super::*;
 
     #[test]
-    fn defaults_when_empty() {
-        let c = DaemonConfig::parse(Path::new("/etc/rocs/rocsd.toml"), "").unwrap();
+    fn defaults_when_only_comments() {
+        let c = DaemonConfig::parse(Path::new("/etc/rocs/rocsd.toml"), "# built-in defaults\n")
+            .unwrap();
         assert_eq!(c.socket, PathBuf::from(DEFAULT_SOCKET));
         assert_eq!(c.platform, Platform::Linux);
         assert_eq!(c.metrics, None, "metrics are off unless asked for");
         assert!(c.restore_on_exit);
         assert!(!c.allow_observe_only);
         assert_eq!(c.pmu, PmuChoice::Auto, "never a replay unless named");
+    }
+
+    #[test]
+    fn empty_and_binary_files_are_reported_with_a_place_and_what_to_do() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("rocsd.toml");
+        for empty in ["", "\n  \n\t\n"] {
+            std::fs::write(&file, empty).unwrap();
+            let e = DaemonConfig::load(&file).unwrap_err().to_string();
+            assert_eq!(
+                e.find(":1:1: rocsd.toml is empty"),
+                Some(file.display().to_string().len()),
+                "{empty:?}: {e}"
+            );
+            assert!(e.contains("config/rocsd.toml lists them all"), "{e}");
+        }
+        // A binary copied over rocsd.toml: reported at its first bad byte, on line 2.
+        std::fs::write(&file, b"\x7fELF\x02\x01\x01\0\0\0\n\x80").unwrap();
+        let e = DaemonConfig::load(&file).unwrap_err().to_string();
+        assert!(
+            e.starts_with(&format!(
+                "{}:2:1: not UTF-8 text (byte 0x80",
+                file.display()
+            )),
+            "{e}"
+        );
+        assert!(
+            e.contains("a rocs configuration is a TOML text file"),
+            "{e}"
+        );
+        // And a file that is missing names itself.
+        let missing = dir.path().join("missing.toml");
+        let e = DaemonConfig::load(&missing).unwrap_err().to_string();
+        assert!(
+            e.starts_with(&format!("{}: cannot read", missing.display())),
+            "{e}"
+        );
     }
 
     #[test]
