@@ -1,19 +1,22 @@
 //! rocsd: the rocs daemon.
 //!
-//! Policies opt workloads in; each matched process becomes a target with its own controller
-//! task driving the platform (this machine, or simulated machines for the demo); the control
-//! socket lets rocsctl inspect and steer it; systemd is told when it is ready, kept alive by
-//! the watchdog, and told when it stops.
+//! Policies opt workloads in; each matched process becomes a target of the engine of its LLC
+//! domain, whose task drives the platform (this machine, or simulated machines for the
+//! demo); the control socket lets rocsctl inspect and steer it; systemd is told when it is
+//! ready, kept alive by the watchdog, and told when it stops.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
 use rocs_config::{DaemonConfig, Platform};
+use rocs_core::CacheGeometry;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::watch;
+use tokio::task::JoinHandle;
 
 mod domain;
 mod linux;
@@ -124,18 +127,26 @@ fn load_config(args: &Args) -> anyhow::Result<DaemonConfig> {
     Ok(config)
 }
 
-/// What the platform can do here, found before anything starts.
-enum Prepared {
+/// The platform's own setup, found before anything starts.
+enum HostSetup {
     Sim(sim::SimSetup),
     Linux(linux::LinuxSetup),
 }
 
-async fn run(args: Args) -> anyhow::Result<()> {
-    let config = load_config(&args)?;
-    let (prepared, capability, notices, llc) = match config.platform {
+/// What the platform can do here.
+struct Prepared {
+    setup: HostSetup,
+    capability: Capability,
+    /// What the operator should know of the platform.
+    notices: Vec<String>,
+    llc: Option<CacheGeometry>,
+}
+
+fn prepare(config: &DaemonConfig) -> anyhow::Result<Prepared> {
+    Ok(match config.platform {
         Platform::Sim => {
-            let setup = sim::SimSetup::resolve(&config)?;
-            let llc = setup.geometry();
+            let setup = sim::SimSetup::resolve(config)?;
+            let llc = Some(setup.geometry());
             let mut notices = Vec::new();
             if config.geometry.is_some() {
                 notices.push(
@@ -143,39 +154,38 @@ async fn run(args: Args) -> anyhow::Result<()> {
                         .to_string(),
                 );
             }
-            (Prepared::Sim(setup), Capability::Full, notices, Some(llc))
+            Prepared {
+                setup: HostSetup::Sim(setup),
+                capability: Capability::Full,
+                notices,
+                llc,
+            }
         }
         Platform::Linux => {
-            let setup = linux::LinuxSetup::probe(&config)?;
-            let (cap, notices, llc) = (setup.capability, setup.notices.clone(), setup.llc);
-            (Prepared::Linux(setup), cap, notices, llc)
+            let setup = linux::LinuxSetup::probe(config)?;
+            Prepared {
+                capability: setup.capability,
+                notices: setup.notices.clone(),
+                llc: setup.llc,
+                setup: HostSetup::Linux(setup),
+            }
         }
-    };
-    for n in &notices {
+    })
+}
+
+async fn run(args: Args) -> anyhow::Result<()> {
+    let config = load_config(&args)?;
+    let prepared = prepare(&config)?;
+    for n in &prepared.notices {
         // Said once, here; `rocsctl status` repeats them.
         tracing::warn!("{n}");
     }
-    let colours = llc.map_or(1, |g| g.colours());
+    let colours = prepared.llc.map_or(1, |g| g.colours());
     let policies = LoadedPolicies::load(&config, colours)
         .map_err(|e| anyhow::anyhow!("{e}"))
         .context("the policies cannot be used")?;
     if args.check {
-        println!(
-            "configuration {}: platform {}, capability {}, {} colours, policies: {}",
-            config
-                .file
-                .as_ref()
-                .map_or("(defaults)".into(), |f| f.display().to_string()),
-            config.platform,
-            capability.as_str(),
-            colours,
-            policies
-                .summaries()
-                .iter()
-                .map(|p| p.name.clone())
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
+        print_check(&config, prepared.capability, colours, &policies);
         return Ok(());
     }
     if policies.set.is_empty() {
@@ -184,32 +194,13 @@ async fn run(args: Args) -> anyhow::Result<()> {
             config.policy_dir.display()
         );
     }
-    let daemon = Daemon::new(config, capability, notices, llc, policies);
+    let capability = prepared.capability;
+    let daemon = Daemon::new(config, capability, prepared.notices, prepared.llc, policies);
     let (stop_tx, stop_rx) = watch::channel(false);
-
-    let listener = server::bind(
-        &daemon.config.socket,
-        daemon.config.socket_mode,
-        daemon.rocs_gid,
-    )?;
-    let socket_file = server::SocketFile(daemon.config.socket.clone());
-    let mut tasks = vec![tokio::spawn(server::serve(
-        listener,
-        daemon.clone(),
-        stop_rx.clone(),
-    ))];
-    if let Some(addr) = daemon.config.metrics {
-        let l = metrics::bind(addr).await?;
-        tracing::info!("metrics on http://{addr}/metrics");
-        tasks.push(tokio::spawn(metrics::serve(
-            l,
-            daemon.clone(),
-            stop_rx.clone(),
-        )));
-    }
-    let hosts = match prepared {
-        Prepared::Sim(setup) => sim::start(&daemon, setup, stop_rx.clone()),
-        Prepared::Linux(setup) => linux::start(&daemon, setup, stop_rx.clone()),
+    let (socket_file, tasks) = start_serving(&daemon, &stop_rx).await?;
+    let hosts = match prepared.setup {
+        HostSetup::Sim(setup) => sim::start(&daemon, setup, stop_rx.clone()),
+        HostSetup::Linux(setup) => linux::start(&daemon, setup, stop_rx.clone()),
     };
 
     let notifier = notify::Notifier::from_env();
@@ -226,10 +217,79 @@ async fn run(args: Args) -> anyhow::Result<()> {
         daemon.config.socket.display(),
         capability.as_str()
     ));
+    serve_signals(&daemon, &notifier).await?;
+
+    notifier.notify("STOPPING=1");
+    stop(&daemon, stop_tx, hosts.into_iter().chain(tasks)).await;
+    drop(socket_file);
+    tracing::info!(
+        "stopped; {} targets were attached since start",
+        daemon
+            .targets_seen
+            .load(std::sync::atomic::Ordering::Relaxed)
+    );
+    Ok(())
+}
+
+/// `rocsd --check`: what would run, on one line.
+fn print_check(
+    config: &DaemonConfig,
+    capability: Capability,
+    colours: u32,
+    policies: &LoadedPolicies,
+) {
+    println!(
+        "configuration {}: platform {}, capability {}, {} colours, policies: {}",
+        config
+            .file
+            .as_ref()
+            .map_or("(defaults)".into(), |f| f.display().to_string()),
+        config.platform,
+        capability.as_str(),
+        colours,
+        policies
+            .summaries()
+            .iter()
+            .map(|p| p.name.clone())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+}
+
+/// Bind the control socket (and the metrics endpoint when configured) and serve them until
+/// `stop` turns true. The socket file goes when the returned guard is dropped.
+async fn start_serving(
+    daemon: &Arc<Daemon>,
+    stop: &watch::Receiver<bool>,
+) -> anyhow::Result<(server::SocketFile, Vec<JoinHandle<()>>)> {
+    let listener = server::bind(
+        &daemon.config.socket,
+        daemon.config.socket_mode,
+        daemon.rocs_gid,
+    )?;
+    let socket_file = server::SocketFile(daemon.config.socket.clone());
+    let mut tasks = vec![tokio::spawn(server::serve(
+        listener,
+        daemon.clone(),
+        stop.clone(),
+    ))];
+    if let Some(addr) = daemon.config.metrics {
+        let l = metrics::bind(addr).await?;
+        tracing::info!("metrics on http://{addr}/metrics");
+        tasks.push(tokio::spawn(metrics::serve(
+            l,
+            daemon.clone(),
+            stop.clone(),
+        )));
+    }
+    Ok((socket_file, tasks))
+}
+
+/// Reload on SIGHUP and keep systemd's watchdog fed, until SIGTERM or SIGINT.
+async fn serve_signals(daemon: &Daemon, notifier: &notify::Notifier) -> anyhow::Result<()> {
     let watchdog = notify::Notifier::watchdog_interval();
     let mut watchdog_tick =
         tokio::time::interval(watchdog.map_or(Duration::from_secs(3600), |w| w / 2));
-
     let mut sighup = signal(SignalKind::hangup()).context("installing the SIGHUP handler")?;
     let mut sigterm = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
     let mut sigint = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
@@ -244,8 +304,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
                     if r.is_ok() { "policies reloaded" } else { "policy reload refused; previous policies in force" }
                 ));
             }
-            _ = sigterm.recv() => { tracing::info!("SIGTERM: stopping"); break; }
-            _ = sigint.recv() => { tracing::info!("SIGINT: stopping"); break; }
+            _ = sigterm.recv() => { tracing::info!("SIGTERM: stopping"); return Ok(()); }
+            _ = sigint.recv() => { tracing::info!("SIGINT: stopping"); return Ok(()); }
             _ = watchdog_tick.tick() => {
                 if watchdog.is_some() {
                     notifier.notify("WATCHDOG=1");
@@ -253,28 +313,25 @@ async fn run(args: Args) -> anyhow::Result<()> {
             }
         }
     }
+}
 
-    // Stop: no new clients or targets; every host releases its targets (restoring pages
-    // when configured) within the budget; then the socket goes.
-    notifier.notify("STOPPING=1");
+/// No new clients or targets; every host releases its targets (restoring pages when
+/// configured) within the budget.
+async fn stop(
+    daemon: &Daemon,
+    stop_tx: watch::Sender<bool>,
+    tasks: impl Iterator<Item = JoinHandle<()>>,
+) {
     let restore = daemon.config.restore_on_exit;
     let _ = stop_tx.send(true);
     for host in daemon.hosts() {
         let _ = host.try_send(HostCommand::Stop { restore });
     }
     let deadline = tokio::time::Instant::now() + STOP_BUDGET;
-    for h in hosts.into_iter().chain(tasks) {
-        if tokio::time::timeout_at(deadline, h).await.is_err() {
+    for task in tasks {
+        if tokio::time::timeout_at(deadline, task).await.is_err() {
             tracing::warn!("a task did not stop within {STOP_BUDGET:?}; leaving it");
             break;
         }
     }
-    drop(socket_file);
-    tracing::info!(
-        "stopped; {} targets were attached since start",
-        daemon
-            .targets_seen
-            .load(std::sync::atomic::Ordering::Relaxed)
-    );
-    Ok(())
 }

@@ -28,11 +28,11 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
-use rocs_config::protocol::TargetSummary;
+use rocs_config::protocol::{StatusReply, TargetSummary};
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
 
-use crate::state::Daemon;
+use crate::state::{Daemon, TargetTotals};
 
 pub const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 pub const CLASSIC_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -182,139 +182,157 @@ impl Collector for DaemonCollector {
         let targets = daemon.summaries();
         let totals = daemon.totals();
         let e = &mut enc;
-
-        let mut info = e.encode_descriptor(
-            "rocs_build_info",
-            "rocsd's version, platform and capability (always 1).",
-            None,
-            MetricType::Gauge,
-        )?;
-        let labels = [
-            ("version", LabelValue::new(&status.version)),
-            ("platform", LabelValue::new(&status.platform)),
-            ("capability", LabelValue::new(&status.capability)),
-        ];
-        ConstGauge::new(1u64).encode(info.encode_family(&labels)?)?;
-        let started = SystemTime::now()
-            .checked_sub(daemon.started.elapsed())
-            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-            .unwrap_or_default();
-        gauge(
-            e,
-            "rocs_start_time",
-            "When rocsd started, in seconds since the Unix epoch.",
-            Some(Unit::Seconds),
-            started.as_secs_f64(),
-        )?;
-        counter(
-            e,
-            "rocs_daemon_cpu",
-            "CPU time rocsd itself used (user and system).",
-            Some(Unit::Seconds),
-            own_cpu_time().as_secs_f64(),
-        )?;
-        counter(
-            e,
-            "rocs_sampling_cpu",
-            "CPU time the platform spent on memory sampling; its rate is the share of a core.",
-            Some(Unit::Seconds),
-            daemon.sampling_cpu().as_secs_f64(),
-        )?;
-        gauge(
-            e,
-            "rocs_llc_colours",
-            "Page colours of the LLC.",
-            None,
-            status.colours,
-        )?;
-        gauge(
-            e,
-            "rocs_paused",
-            "1 while the operator has paused every target.",
-            None,
-            u64::from(status.paused),
-        )?;
-        gauge(
-            e,
-            "rocs_policies",
-            "Policies in force.",
-            None,
-            status.policies.len(),
-        )?;
-        counter(
-            e,
-            "rocs_policy_reloads",
-            "Policy reloads that took effect.",
-            None,
-            status.reloads,
-        )?;
-        gauge(
-            e,
-            "rocs_policy_reload_failed",
-            "1 when the last policy reload was refused (the previous policies stay).",
-            None,
-            u64::from(status.last_reload_error.is_some()),
-        )?;
-        gauge(
-            e,
-            "rocs_targets",
-            "Targets attached now.",
-            None,
-            status.targets,
-        )?;
-        counter(
-            e,
-            "rocs_targets_attached",
-            "Targets attached since start.",
-            None,
-            status.targets_seen,
-        )?;
-        counter(
-            e,
-            "rocs_targets_exited",
-            "Targets let go since start (exited, or their policy no longer applies).",
-            None,
-            status.targets_exited,
-        )?;
-        for (name, help, value) in [
-            (
-                "rocs_samples",
-                "Memory samples counted into profiles, every target since start.",
-                totals.samples,
-            ),
-            (
-                "rocs_lost_samples",
-                "Memory samples the platform lost, every target since start.",
-                totals.lost_samples,
-            ),
-            (
-                "rocs_throttled_samples",
-                "Memory samples the kernel withheld, every target since start.",
-                totals.throttled_samples,
-            ),
-            (
-                "rocs_pages_migrated",
-                "Pages moved into the pollute buffer or back, every target since start.",
-                totals.pages_migrated,
-            ),
-            (
-                "rocs_migration_failures",
-                "Pages that could not be moved, every target since start.",
-                totals.migration_failures,
-            ),
-        ] {
-            counter(e, name, help, None, value)?;
-        }
-        let frames: usize = targets.iter().map(|t| t.pages_confined).sum();
-        gauge(
-            e,
-            "rocs_pollute_buffer_frames",
-            "Frames of the pollute buffer holding a confined page now.",
-            None,
-            frames,
-        )?;
+        encode_daemon(e, daemon, &status)?;
+        encode_control(e, &status)?;
+        encode_machine(e, &totals, &targets)?;
         encode_targets(e, &targets)
     }
+}
+
+/// rocsd itself: what it is, since when, and the CPU it and its sampling cost.
+fn encode_daemon(e: &mut DescriptorEncoder, daemon: &Daemon, status: &StatusReply) -> fmt::Result {
+    let mut info = e.encode_descriptor(
+        "rocs_build_info",
+        "rocsd's version, platform and capability (always 1).",
+        None,
+        MetricType::Gauge,
+    )?;
+    let labels = [
+        ("version", LabelValue::new(&status.version)),
+        ("platform", LabelValue::new(&status.platform)),
+        ("capability", LabelValue::new(&status.capability)),
+    ];
+    ConstGauge::new(1u64).encode(info.encode_family(&labels)?)?;
+    let started = SystemTime::now()
+        .checked_sub(daemon.started.elapsed())
+        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+        .unwrap_or_default();
+    gauge(
+        e,
+        "rocs_start_time",
+        "When rocsd started, in seconds since the Unix epoch.",
+        Some(Unit::Seconds),
+        started.as_secs_f64(),
+    )?;
+    counter(
+        e,
+        "rocs_daemon_cpu",
+        "CPU time rocsd itself used (user and system).",
+        Some(Unit::Seconds),
+        own_cpu_time().as_secs_f64(),
+    )?;
+    counter(
+        e,
+        "rocs_sampling_cpu",
+        "CPU time the platform spent on memory sampling; its rate is the share of a core.",
+        Some(Unit::Seconds),
+        daemon.sampling_cpu().as_secs_f64(),
+    )
+}
+
+/// What the operator set up and changed: colours, pause, policies, targets.
+fn encode_control(e: &mut DescriptorEncoder, status: &StatusReply) -> fmt::Result {
+    gauge(
+        e,
+        "rocs_llc_colours",
+        "Page colours of the LLC.",
+        None,
+        status.colours,
+    )?;
+    gauge(
+        e,
+        "rocs_paused",
+        "1 while the operator has paused every target.",
+        None,
+        u64::from(status.paused),
+    )?;
+    gauge(
+        e,
+        "rocs_policies",
+        "Policies in force.",
+        None,
+        status.policies.len(),
+    )?;
+    counter(
+        e,
+        "rocs_policy_reloads",
+        "Policy reloads that took effect.",
+        None,
+        status.reloads,
+    )?;
+    gauge(
+        e,
+        "rocs_policy_reload_failed",
+        "1 when the last policy reload was refused (the previous policies stay).",
+        None,
+        u64::from(status.last_reload_error.is_some()),
+    )?;
+    gauge(
+        e,
+        "rocs_targets",
+        "Targets attached now.",
+        None,
+        status.targets,
+    )?;
+    counter(
+        e,
+        "rocs_targets_attached",
+        "Targets attached since start.",
+        None,
+        status.targets_seen,
+    )?;
+    counter(
+        e,
+        "rocs_targets_exited",
+        "Targets let go since start (exited, or their policy no longer applies).",
+        None,
+        status.targets_exited,
+    )
+}
+
+/// The machine's sums over every target since start, and the pollute buffer now.
+fn encode_machine(
+    e: &mut DescriptorEncoder,
+    totals: &TargetTotals,
+    targets: &[TargetSummary],
+) -> fmt::Result {
+    for (name, help, value) in [
+        (
+            "rocs_samples",
+            "Memory samples counted into profiles, every target since start.",
+            totals.samples,
+        ),
+        (
+            "rocs_lost_samples",
+            "Memory samples the platform lost, every target since start.",
+            totals.lost_samples,
+        ),
+        (
+            "rocs_throttled_samples",
+            "Memory samples the kernel withheld, every target since start.",
+            totals.throttled_samples,
+        ),
+        (
+            "rocs_pages_migrated",
+            "Pages moved into the pollute buffer or back, every target since start.",
+            totals.pages_migrated,
+        ),
+        (
+            "rocs_migration_failures",
+            "Pages that could not be moved, every target since start.",
+            totals.migration_failures,
+        ),
+    ] {
+        counter(e, name, help, None, value)?;
+    }
+    let frames: usize = targets.iter().map(|t| t.pages_confined).sum();
+    gauge(
+        e,
+        "rocs_pollute_buffer_frames",
+        "Frames of the pollute buffer holding a confined page now.",
+        None,
+        frames,
+    )
 }
 
 fn encode_targets(e: &mut DescriptorEncoder, targets: &[TargetSummary]) -> fmt::Result {

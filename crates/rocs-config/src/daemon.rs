@@ -1,4 +1,6 @@
-//! rocsd.toml: the daemon's own settings.
+//! rocsd.toml: the daemon's own settings. Every key is optional, but an empty file is
+//! refused (a failed copy is likelier than a choice): a file of comments runs on the
+//! defaults.
 //!
 //! ```toml
 //! socket = "/run/rocs/rocsd.sock"   # the control socket
@@ -24,8 +26,9 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
+use toml::Spanned;
 
-use crate::error::{ConfigError, Location};
+use crate::error::{read_text, ConfigError, Location, Source};
 use crate::knobs::{KnobTable, RawKnobs};
 
 pub const DEFAULT_CONFIG: &str = "/etc/rocs/rocsd.toml";
@@ -202,30 +205,30 @@ impl Default for DaemonConfig {
 #[serde(deny_unknown_fields)]
 struct RawConfig {
     socket: Option<PathBuf>,
-    socket_mode: Option<toml::Spanned<u32>>,
+    socket_mode: Option<Spanned<u32>>,
     socket_group: Option<String>,
     platform: Option<Platform>,
     policy_dir: Option<PathBuf>,
-    scan_interval_ms: Option<toml::Spanned<u64>>,
-    window_ms: Option<toml::Spanned<u64>>,
+    scan_interval_ms: Option<Spanned<u64>>,
+    window_ms: Option<Spanned<u64>>,
     restore_on_exit: Option<bool>,
     allow_observe_only: Option<bool>,
-    pmu: Option<toml::Spanned<String>>,
-    client_timeout_ms: Option<toml::Spanned<u64>>,
-    metrics: Option<toml::Spanned<String>>,
+    pmu: Option<Spanned<String>>,
+    client_timeout_ms: Option<Spanned<u64>>,
+    metrics: Option<Spanned<String>>,
     #[serde(default)]
     knobs: RawKnobs,
-    geometry: Option<toml::Spanned<GeometryOverride>>,
+    geometry: Option<Spanned<GeometryOverride>>,
     sim: Option<RawSim>,
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawSim {
-    machine: Option<toml::Spanned<String>>,
-    window_cycles: Option<toml::Spanned<u64>>,
+    machine: Option<Spanned<String>>,
+    window_cycles: Option<Spanned<u64>>,
     pause_ms: Option<u64>,
-    cpu_share: Option<toml::Spanned<f64>>,
+    cpu_share: Option<Spanned<f64>>,
     seed: Option<u64>,
     #[serde(default)]
     workload: Vec<RawSimWorkload>,
@@ -234,9 +237,9 @@ struct RawSim {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawSimWorkload {
-    name: toml::Spanned<String>,
+    name: Spanned<String>,
     seed: Option<u64>,
-    scale: Option<toml::Spanned<f64>>,
+    scale: Option<Spanned<f64>>,
 }
 
 /// Where to serve metrics: a port alone means loopback (the metrics name the machine's
@@ -248,41 +251,48 @@ fn metrics_address(text: &str) -> Option<SocketAddr> {
     }
 }
 
+impl Source<'_> {
+    /// A path written in rocsd.toml: relative paths are taken from the file's folder.
+    fn absolute(&self, path: PathBuf) -> PathBuf {
+        if path.is_absolute() {
+            path
+        } else {
+            self.file.parent().unwrap_or(Path::new(".")).join(path)
+        }
+    }
+}
+
 impl DaemonConfig {
-    /// Read rocsd.toml from `file`.
+    /// Read rocsd.toml from `file` (through the same reader as policies, so that a binary
+    /// file is reported at its first bad byte).
     pub fn load(file: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(file).map_err(|source| ConfigError::Read {
-            file: file.to_path_buf(),
-            source,
-        })?;
-        Self::parse(file, &text)
+        Self::parse(file, &read_text(file)?)
     }
 
     /// Parse rocsd.toml text read from `file`; relative paths are taken from `file`'s folder.
     pub fn parse(file: &Path, text: &str) -> Result<Self, ConfigError> {
+        if text.trim().is_empty() {
+            // Every key is optional, but an empty file is more often a failed copy or a
+            // truncated write than a choice: say so rather than run on the defaults.
+            return Err(ConfigError::at(
+                Location::of_offset(file, text, 0),
+                "rocsd.toml is empty: write the settings to change (config/rocsd.toml lists \
+                 them all), or only a comment such as `# built-in defaults` to run with the \
+                 defaults",
+            ));
+        }
         let raw: RawConfig =
             toml::from_str(text).map_err(|e| ConfigError::from_toml(file, text, &e))?;
-        let at = |span: std::ops::Range<usize>| Location::of_span(file, text, Some(span));
-        let base = file.parent().unwrap_or(Path::new("."));
-        let absolute = |p: PathBuf| if p.is_absolute() { p } else { base.join(p) };
+        let src = Source { file, text };
         let mut c = DaemonConfig {
             file: Some(file.to_path_buf()),
             ..DaemonConfig::default()
         };
         if let Some(s) = raw.socket {
-            c.socket = absolute(s);
+            c.socket = src.absolute(s);
         }
         if let Some(m) = raw.socket_mode {
-            if *m.get_ref() > 0o777 {
-                return Err(ConfigError::at(
-                    at(m.span()),
-                    format!(
-                        "socket_mode {:#o} is not a file mode (write it as 0o660)",
-                        m.get_ref()
-                    ),
-                ));
-            }
-            c.socket_mode = m.into_inner();
+            c.socket_mode = socket_mode(&src, m)?;
         }
         if let Some(g) = raw.socket_group {
             c.socket_group = g;
@@ -291,39 +301,14 @@ impl DaemonConfig {
             c.platform = p;
         }
         if let Some(d) = raw.policy_dir {
-            c.policy_dir = absolute(d);
+            c.policy_dir = src.absolute(d);
         }
-        for (name, field, value) in [
-            (
-                "scan_interval_ms",
-                &mut c.scan_interval_ms,
-                raw.scan_interval_ms,
-            ),
-            ("window_ms", &mut c.window_ms, raw.window_ms),
-        ] {
-            if let Some(v) = value {
-                // Targets must be noticed within a second; a window must be measurable.
-                if !(10..=1000).contains(v.get_ref()) {
-                    return Err(ConfigError::at(
-                        at(v.span()),
-                        format!("{name} = {} must be between 10 and 1000", v.get_ref()),
-                    ));
-                }
-                *field = v.into_inner();
-            }
-        }
-        if let Some(t) = raw.client_timeout_ms {
-            if !(100..=600_000).contains(t.get_ref()) {
-                return Err(ConfigError::at(
-                    at(t.span()),
-                    format!(
-                        "client_timeout_ms = {} must be between 100 and 600000",
-                        t.get_ref()
-                    ),
-                ));
-            }
-            c.client_timeout_ms = t.into_inner();
-        }
+        c.set_intervals(
+            &src,
+            raw.scan_interval_ms,
+            raw.window_ms,
+            raw.client_timeout_ms,
+        )?;
         if let Some(r) = raw.restore_on_exit {
             c.restore_on_exit = r;
         }
@@ -331,108 +316,86 @@ impl DaemonConfig {
             c.allow_observe_only = o;
         }
         if let Some(p) = raw.pmu {
-            c.pmu = match p.get_ref().as_str() {
-                "auto" => PmuChoice::Auto,
-                v => match v.strip_prefix("replay:") {
-                    Some(f) if !f.is_empty() => PmuChoice::Replay(absolute(f.into())),
-                    _ => {
-                        return Err(ConfigError::at(
-                            at(p.span()),
-                            format!(
-                                "pmu = {v:?}: use \"auto\" (the hardware PMU), or \"replay:FILE\" \
-                                 to play a script of samples and counters (tests only)"
-                            ),
-                        ))
-                    }
-                },
-            };
+            c.pmu = pmu_choice(&src, p)?;
         }
         if let Some(m) = raw.metrics {
-            c.metrics = Some(metrics_address(m.get_ref()).ok_or_else(|| {
-                ConfigError::at(
-                    at(m.span()),
-                    format!(
-                        "metrics {:?} is neither a port (\"9477\", on loopback) nor an address \
-                         (\"127.0.0.1:9477\", \"0.0.0.0:9477\", \"[::]:9477\")",
-                        m.get_ref()
-                    ),
-                )
-            })?);
+            c.metrics = Some(metrics_setting(&src, m)?);
         }
         if let Some(k) = raw.knobs.0 {
             let span = k.span();
             c.knobs = KnobTable::from_spanned(file, text, Some(span), k.into_inner());
         }
         if let Some(g) = raw.geometry {
-            let loc = at(g.span());
-            let g = g.into_inner();
-            if g.sets_per_slice.is_some() == g.size.is_some() {
-                return Err(ConfigError::at(
-                    loc,
-                    "[geometry] needs exactly one of sets_per_slice and size",
-                ));
-            }
-            c.geometry = Some(g);
-            c.geometry_at = Some(loc);
-            if let Err(e) = c.geometry() {
-                return Err(ConfigError::at(
-                    c.geometry_at.clone().unwrap(),
-                    e.to_string(),
-                ));
-            }
+            c.set_geometry(&src, g)?;
         }
         if let Some(s) = raw.sim {
-            if let Some(m) = s.machine {
-                c.sim.machine_at = Some(at(m.span()));
-                c.sim.machine = m.into_inner();
-            }
-            if let Some(w) = s.window_cycles {
-                if *w.get_ref() < 10_000 {
-                    return Err(ConfigError::at(
-                        at(w.span()),
-                        "window_cycles must be at least 10000",
-                    ));
-                }
-                c.sim.window_cycles = w.into_inner();
-            }
-            if let Some(p) = s.pause_ms {
-                c.sim.pause_ms = p;
-            }
-            if let Some(f) = s.cpu_share {
-                if !(*f.get_ref() > 0.0 && *f.get_ref() <= 1.0) {
-                    return Err(ConfigError::at(
-                        at(f.span()),
-                        format!("cpu_share {} must be in (0, 1]", f.get_ref()),
-                    ));
-                }
-                c.sim.cpu_share = f.into_inner();
-            }
-            if let Some(seed) = s.seed {
-                c.sim.seed = seed;
-            }
-            c.sim.workloads = s
-                .workload
-                .into_iter()
-                .map(|w| {
-                    let scale = match w.scale {
-                        Some(f) if !(*f.get_ref() > 0.0 && f.get_ref().is_finite()) => {
-                            return Err(ConfigError::at(
-                                at(f.span()),
-                                format!("scale {} must be a positive number", f.get_ref()),
-                            ))
-                        }
-                        f => f.map(|f| f.into_inner()),
-                    };
-                    Ok(SimWorkload {
-                        at: at(w.name.span()),
-                        name: w.name.into_inner(),
-                        seed: w.seed,
-                        scale,
-                    })
-                })
-                .collect::<Result<_, _>>()?;
+            c.sim.apply(&src, s)?;
         }
         Ok(c)
+    }
+
+    /// scan_interval_ms, window_ms and client_timeout_ms, each within its bounds.
+    fn set_intervals(
+        &mut self,
+        src: &Source,
+        scan_interval_ms: Option<Spanned<u64>>,
+        window_ms: Option<Spanned<u64>>,
+        client_timeout_ms: Option<Spanned<u64>>,
+    ) -> Result<(), ConfigError> {
+        for (name, field, value) in [
+            (
+                "scan_interval_ms",
+                &mut self.scan_interval_ms,
+                scan_interval_ms,
+            ),
+            ("window_ms", &mut self.window_ms, window_ms),
+        ] {
+            if let Some(v) = value {
+                // Targets must be noticed within a second; a window must be measurable.
+                if !(10..=1000).contains(v.get_ref()) {
+                    return Err(ConfigError::at(
+                        src.at(v.span()),
+                        format!("{name} = {} must be between 10 and 1000", v.get_ref()),
+                    ));
+                }
+                *field = v.into_inner();
+            }
+        }
+        if let Some(t) = client_timeout_ms {
+            if !(100..=600_000).contains(t.get_ref()) {
+                return Err(ConfigError::at(
+                    src.at(t.span()),
+                    format!(
+                        "client_timeout_ms = {} must be between 100 and 600000",
+                        t.get_ref()
+                    ),
+                ));
+            }
+            self.client_timeout_ms = t.into_inner();
+        }
+        Ok(())
+    }
+
+    /// [geometry]: exactly one of sets_per_slice and size, and a geometry that exists.
+    fn set_geometry(
+        &mut self,
+        src: &Source,
+        geometry: Spanned<GeometryOverride>,
+    ) -> Result<(), ConfigError> {
+        let loc = src.at(geometry.span());
+        let g = geometry.into_inner();
+        if g.sets_per_slice.is_some() == g.size.is_some() {
+            return Err(ConfigError::at(
+                loc,
+                "[geometry] needs exactly one of sets_per_slice and size",
+            ));
+        }
+        self.geometry = Some(g);
+        self.geometry_at = Some(loc.clone());
+        if let Err(e) = self.geometry() {
+            return Err(ConfigError::at(loc, e.to_string()));
+        }
+        Ok(())
     }
 
     /// The overriding geometry, checked.
@@ -457,19 +420,157 @@ impl DaemonConfig {
     }
 }
 
+fn socket_mode(src: &Source, mode: Spanned<u32>) -> Result<u32, ConfigError> {
+    if *mode.get_ref() > 0o777 {
+        return Err(ConfigError::at(
+            src.at(mode.span()),
+            format!(
+                "socket_mode {:#o} is not a file mode (write it as 0o660)",
+                mode.get_ref()
+            ),
+        ));
+    }
+    Ok(mode.into_inner())
+}
+
+fn pmu_choice(src: &Source, pmu: Spanned<String>) -> Result<PmuChoice, ConfigError> {
+    match pmu.get_ref().as_str() {
+        "auto" => Ok(PmuChoice::Auto),
+        v => match v.strip_prefix("replay:") {
+            Some(f) if !f.is_empty() => Ok(PmuChoice::Replay(src.absolute(f.into()))),
+            _ => Err(ConfigError::at(
+                src.at(pmu.span()),
+                format!(
+                    "pmu = {v:?}: use \"auto\" (the hardware PMU), or \"replay:FILE\" to play a \
+                     script of samples and counters (tests only)"
+                ),
+            )),
+        },
+    }
+}
+
+fn metrics_setting(src: &Source, metrics: Spanned<String>) -> Result<SocketAddr, ConfigError> {
+    metrics_address(metrics.get_ref()).ok_or_else(|| {
+        ConfigError::at(
+            src.at(metrics.span()),
+            format!(
+                "metrics {:?} is neither a port (\"9477\", on loopback) nor an address \
+                 (\"127.0.0.1:9477\", \"0.0.0.0:9477\", \"[::]:9477\")",
+                metrics.get_ref()
+            ),
+        )
+    })
+}
+
+impl SimConfig {
+    /// Overlay the [sim] table on these settings.
+    fn apply(&mut self, src: &Source, sim: RawSim) -> Result<(), ConfigError> {
+        if let Some(m) = sim.machine {
+            self.machine_at = Some(src.at(m.span()));
+            self.machine = m.into_inner();
+        }
+        if let Some(w) = sim.window_cycles {
+            if *w.get_ref() < 10_000 {
+                return Err(ConfigError::at(
+                    src.at(w.span()),
+                    "window_cycles must be at least 10000",
+                ));
+            }
+            self.window_cycles = w.into_inner();
+        }
+        if let Some(p) = sim.pause_ms {
+            self.pause_ms = p;
+        }
+        if let Some(f) = sim.cpu_share {
+            if !(*f.get_ref() > 0.0 && *f.get_ref() <= 1.0) {
+                return Err(ConfigError::at(
+                    src.at(f.span()),
+                    format!("cpu_share {} must be in (0, 1]", f.get_ref()),
+                ));
+            }
+            self.cpu_share = f.into_inner();
+        }
+        if let Some(seed) = sim.seed {
+            self.seed = seed;
+        }
+        self.workloads = sim
+            .workload
+            .into_iter()
+            .map(|w| sim_workload(src, w))
+            .collect::<Result<_, _>>()?;
+        Ok(())
+    }
+}
+
+fn sim_workload(src: &Source, w: RawSimWorkload) -> Result<SimWorkload, ConfigError> {
+    let scale = match w.scale {
+        Some(f) if !(*f.get_ref() > 0.0 && f.get_ref().is_finite()) => {
+            return Err(ConfigError::at(
+                src.at(f.span()),
+                format!("scale {} must be a positive number", f.get_ref()),
+            ))
+        }
+        f => f.map(|f| f.into_inner()),
+    };
+    Ok(SimWorkload {
+        at: src.at(w.name.span()),
+        name: w.name.into_inner(),
+        seed: w.seed,
+        scale,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn defaults_when_empty() {
-        let c = DaemonConfig::parse(Path::new("/etc/rocs/rocsd.toml"), "").unwrap();
+    fn defaults_when_only_comments() {
+        let c = DaemonConfig::parse(Path::new("/etc/rocs/rocsd.toml"), "# built-in defaults\n")
+            .unwrap();
         assert_eq!(c.socket, PathBuf::from(DEFAULT_SOCKET));
         assert_eq!(c.platform, Platform::Linux);
         assert_eq!(c.metrics, None, "metrics are off unless asked for");
         assert!(c.restore_on_exit);
         assert!(!c.allow_observe_only);
         assert_eq!(c.pmu, PmuChoice::Auto, "never a replay unless named");
+    }
+
+    #[test]
+    fn empty_and_binary_files_are_reported_with_a_place_and_what_to_do() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("rocsd.toml");
+        for empty in ["", "\n  \n\t\n"] {
+            std::fs::write(&file, empty).unwrap();
+            let e = DaemonConfig::load(&file).unwrap_err().to_string();
+            assert_eq!(
+                e.find(":1:1: rocsd.toml is empty"),
+                Some(file.display().to_string().len()),
+                "{empty:?}: {e}"
+            );
+            assert!(e.contains("config/rocsd.toml lists them all"), "{e}");
+        }
+        // A binary copied over rocsd.toml: reported at its first bad byte, on line 2.
+        std::fs::write(&file, b"\x7fELF\x02\x01\x01\0\0\0\n\x80").unwrap();
+        let e = DaemonConfig::load(&file).unwrap_err().to_string();
+        assert!(
+            e.starts_with(&format!(
+                "{}:2:1: not UTF-8 text (byte 0x80",
+                file.display()
+            )),
+            "{e}"
+        );
+        assert!(
+            e.contains("a rocs configuration is a TOML text file"),
+            "{e}"
+        );
+        // And a file that is missing names itself.
+        let missing = dir.path().join("missing.toml");
+        let e = DaemonConfig::load(&missing).unwrap_err().to_string();
+        assert!(
+            e.starts_with(&format!("{}: cannot read", missing.display())),
+            "{e}"
+        );
     }
 
     #[test]

@@ -47,6 +47,19 @@ impl fmt::Display for Location {
     }
 }
 
+/// The text of one configuration or policy file, to place what toml's spans point at.
+pub(crate) struct Source<'a> {
+    pub file: &'a Path,
+    pub text: &'a str,
+}
+
+impl Source<'_> {
+    /// The location of the start of `span`.
+    pub fn at(&self, span: Range<usize>) -> Location {
+        Location::of_span(self.file, self.text, Some(span))
+    }
+}
+
 /// Why a configuration or policy could not be used.
 #[derive(Debug, Error)]
 pub enum ConfigError {

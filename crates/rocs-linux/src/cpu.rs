@@ -99,6 +99,14 @@ impl CpuInfo {
     }
 
     /// Read /proc/cpuinfo of this machine.
+    ///
+    /// Not through procfs, which rocs uses for the rest of /proc: its cpuinfo parser
+    /// (procfs-core 0.17.0, `CpuInfo::from_buf_read`) skips every line of a block before
+    /// the block's first `processor` key, so a file that names the CPU first comes out
+    /// without it (32-bit Arm kernels before 3.8 print `Processor`, `Features` and the `CPU`
+    /// lines with no `processor` line at all; s390x prints vendor_id and features in a
+    /// header). `parse` reads the keys wherever they are; the test
+    /// `procfs_drops_the_lines_before_the_first_processor_key` shows the difference.
     pub fn detect() -> std::io::Result<CpuInfo> {
         Ok(CpuInfo::parse(&std::fs::read_to_string("/proc/cpuinfo")?))
     }
@@ -231,5 +239,32 @@ mod tests {
         assert_eq!((c.vendor, c.model), (Vendor::Arm, 0xd0c));
         assert!(!c.hypervisor);
         assert_eq!(c.model_name, "Neoverse N1");
+    }
+
+    /// The evidence for reading /proc/cpuinfo ourselves (see `CpuInfo::detect`): should a
+    /// procfs update keep these lines, read the file through procfs instead.
+    #[test]
+    fn procfs_drops_the_lines_before_the_first_processor_key() {
+        use procfs::FromRead;
+        // A 32-bit Arm board on a 3.x kernel (Raspberry Pi 1): no `processor` line.
+        let arm32 = "Processor\t: ARMv6-compatible processor rev 7 (v6l)\nBogoMIPS\t: 697.95\n\
+                     Features\t: swp half thumb fastmult vfp edsp java tls\n\
+                     CPU implementer\t: 0x41\nCPU architecture: 7\nCPU variant\t: 0x0\n\
+                     CPU part\t: 0xb76\nCPU revision\t: 7\n\nHardware\t: BCM2708\n";
+        let ours = CpuInfo::parse(arm32);
+        assert_eq!(
+            (ours.vendor, ours.implementer, ours.model),
+            (Vendor::Arm, 0x41, 0xb76)
+        );
+        assert_eq!(ours.flags.len(), 8);
+        let theirs = procfs::CpuInfo::from_read(arm32.as_bytes()).unwrap();
+        assert_eq!(theirs.get_field(0, "CPU implementer"), None);
+        assert_eq!(theirs.get_field(0, "Features"), None);
+        // And a header before the first block is lost even when `processor` lines follow.
+        let header = "vendor_id\t: GenuineIntel\nprocessor\t: 0\ncpu family\t: 6\n";
+        assert_eq!(CpuInfo::parse(header).vendor, Vendor::Intel);
+        let theirs = procfs::CpuInfo::from_read(header.as_bytes()).unwrap();
+        assert_eq!(theirs.vendor_id(0), None);
+        assert_eq!(theirs.get_field(0, "cpu family"), Some("6"));
     }
 }

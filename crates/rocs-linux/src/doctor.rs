@@ -130,9 +130,34 @@ pub fn run(sys_root: &Path) -> DoctorReport {
     let cpu = CpuInfo::detect().unwrap_or_else(|_| CpuInfo::parse(""));
     let kernel = KernelVersion::running().unwrap_or(KernelVersion::new(0, 0, 0));
     let pmus = PmuInventory::read(sys_root);
-    let mut checks = Vec::new();
+    let mut checks = vec![
+        cpu_check(&cpu),
+        check("kernel", Status::Info, kernel.to_string(), None),
+        check(
+            "pmus",
+            Status::Info,
+            format!("/sys/bus/event_source/devices: {}", pmus.names().join(", ")),
+            None,
+        ),
+        hardware_pmu_check(&cpu, &pmus),
+    ];
+    let precise = precise_checks(&cpu, &pmus, kernel, &mut checks);
+    checks.push(software_sampling_check());
+    checks.push(counting_group_check());
+    let caps = effective_caps();
+    checks.push(paranoid_check(caps));
+    checks.push(capabilities_check(caps));
+    checks.push(thp_check());
+    checks.push(shim_check());
+    checks.push(geometry_check(sys_root, &cpu));
+    DoctorReport {
+        checks,
+        precise_sampling: precise,
+    }
+}
 
-    checks.push(check(
+fn cpu_check(cpu: &CpuInfo) -> Check {
+    check(
         "cpu",
         Status::Info,
         format!(
@@ -151,78 +176,92 @@ pub fn run(sys_root: &Path) -> DoctorReport {
             }
         ),
         None,
-    ));
-    checks.push(check("kernel", Status::Info, kernel.to_string(), None));
-    checks.push(check(
-        "pmus",
-        Status::Info,
-        format!("/sys/bus/event_source/devices: {}", pmus.names().join(", ")),
-        None,
-    ));
+    )
+}
 
+fn hardware_pmu_check(cpu: &CpuInfo, pmus: &PmuInventory) -> Check {
     match pmus.core_pmu() {
-        Some(core) => checks.push(check(
+        Some(core) => check(
             "hardware_pmu",
             Status::Yes,
             format!("core PMU `{}` (type {})", core.name, core.type_),
             None,
-        )),
+        ),
         None => {
-            let why = missing_core_pmu(&cpu);
-            checks.push(check("hardware_pmu", Status::No, why.why, Some(why.fix)));
+            let why = missing_core_pmu(cpu);
+            check("hardware_pmu", Status::No, why.why, Some(why.fix))
         }
     }
+}
 
+/// The precise sampling plan this machine would use and whether each of its events opens;
+/// returns whether precise memory sampling works (a sampling event of the plan opened).
+fn precise_checks(
+    cpu: &CpuInfo,
+    pmus: &PmuInventory,
+    kernel: KernelVersion,
+    checks: &mut Vec<Check>,
+) -> bool {
+    let plan = match select_plan(cpu, pmus, kernel, EventChoice::Auto) {
+        Ok(plan) => plan,
+        Err(e) => {
+            checks.push(check("precise_plan", Status::No, e.why, Some(e.fix)));
+            return false;
+        }
+    };
+    checks.push(check("precise_plan", Status::Yes, plan.label.clone(), None));
     let mut precise = false;
-    match select_plan(&cpu, &pmus, kernel, EventChoice::Auto) {
-        Ok(plan) => {
-            checks.push(check("precise_plan", Status::Yes, plan.label.clone(), None));
-            for spec in plan.events() {
-                let r = try_open(spec, plan.default_period);
-                let ok = r.is_ok();
-                checks.push(match r {
-                    Ok(()) => check(
-                        "precise_event",
-                        Status::Yes,
-                        format!("{} opens", spec.name),
-                        None,
-                    ),
-                    Err(e) => check(
-                        "precise_event",
-                        Status::No,
-                        format!("{} refused: {e}", spec.name),
-                        Some(
-                            "check the hardware_pmu and permission lines; on a VM enable the vPMU"
-                                .into(),
-                        ),
-                    ),
-                });
-                precise = ok && spec.samples || precise;
+    for spec in plan.events() {
+        checks.push(match try_open(spec, plan.default_period) {
+            Ok(()) => {
+                precise |= spec.samples;
+                check(
+                    "precise_event",
+                    Status::Yes,
+                    format!("{} opens", spec.name),
+                    None,
+                )
             }
-            if let Some(why) = &plan.live_unsupported {
-                checks.push(check(
-                    "precise_live",
-                    Status::Warn,
-                    why.clone(),
-                    Some("import perf.data files instead: `rocsctl profile --perf-data`".into()),
-                ));
-            }
-        }
-        Err(e) => checks.push(check("precise_plan", Status::No, e.why, Some(e.fix))),
+            Err(e) => check(
+                "precise_event",
+                Status::No,
+                format!("{} refused: {e}", spec.name),
+                Some("check the hardware_pmu and permission lines; on a VM enable the vPMU".into()),
+            ),
+        });
     }
+    if let Some(why) = &plan.live_unsupported {
+        checks.push(check(
+            "precise_live",
+            Status::Warn,
+            why.clone(),
+            Some("import perf.data files instead: `rocsctl profile --perf-data`".into()),
+        ));
+    }
+    precise
+}
 
+fn software_sampling_check() -> Check {
     let sw = software_page_fault_plan();
     let sw_spec = sw.events().next().expect("software plan has an event");
-    checks.push(match try_open(sw_spec, 1) {
+    match try_open(sw_spec, 1) {
         Ok(()) => check(
             "software_sampling",
             Status::Yes,
             "page-fault sampling with data addresses opens (`--event page-faults`; not cache misses)",
             None,
         ),
-        Err(e) => check("software_sampling", Status::No, e, Some("perf_event must be enabled in the kernel (CONFIG_PERF_EVENTS)".into())),
-    });
+        Err(e) => check(
+            "software_sampling",
+            Status::No,
+            e,
+            Some("perf_event must be enabled in the kernel (CONFIG_PERF_EVENTS)".into()),
+        ),
+    }
+}
 
+/// Whether the counters of the controller's windows open.
+fn counting_group_check() -> Check {
     let counting: Vec<_> = [
         ("instructions", HW_INSTRUCTIONS),
         ("cycles", HW_CPU_CYCLES),
@@ -233,28 +272,49 @@ pub fn run(sys_root: &Path) -> DoctorReport {
     .map(|(n, c)| (n, try_open(&generic(n, TYPE_HARDWARE, *c), 0)))
     .collect();
     let refused: Vec<_> = counting.iter().filter(|(_, r)| r.is_err()).collect();
-    checks.push(if refused.is_empty() {
-        check("counting_group", Status::Yes, "instructions, cycles, LLC references and misses open", None)
-    } else {
-        check(
+    if refused.is_empty() {
+        return check(
             "counting_group",
-            Status::No,
-            format!(
-                "refused: {}: {}",
-                refused.iter().map(|(n, _)| **n).collect::<Vec<_>>().join(", "),
-                refused[0].1.as_ref().unwrap_err()
-            ),
-            Some("the controller's IPC/MPKI windows need these counters: a hardware PMU (or vPMU) is required".into()),
-        )
-    });
+            Status::Yes,
+            "instructions, cycles, LLC references and misses open",
+            None,
+        );
+    }
+    check(
+        "counting_group",
+        Status::No,
+        format!(
+            "refused: {}: {}",
+            refused
+                .iter()
+                .map(|(n, _)| **n)
+                .collect::<Vec<_>>()
+                .join(", "),
+            refused[0].1.as_ref().unwrap_err()
+        ),
+        Some(
+            "the controller's IPC/MPKI windows need these counters: a hardware PMU (or vPMU) is \
+             required"
+                .into(),
+        ),
+    )
+}
 
+fn has_cap(caps: u64, cap: u32) -> bool {
+    caps & (1 << cap) != 0
+}
+
+/// CAP_PERFMON or CAP_SYS_ADMIN: enough to bypass perf_event_paranoid.
+fn perf_privileged(caps: u64) -> bool {
+    has_cap(caps, CAP_PERFMON) || has_cap(caps, CAP_SYS_ADMIN)
+}
+
+fn paranoid_check(caps: u64) -> Check {
     let paranoid = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
         .ok()
         .and_then(|s| s.trim().parse::<i32>().ok());
-    let caps = effective_caps();
-    let has = |c: u32| caps & (1 << c) != 0;
-    let privileged = has(CAP_PERFMON) || has(CAP_SYS_ADMIN);
-    checks.push(match paranoid {
+    let privileged = perf_privileged(caps);
+    match paranoid {
         Some(p) if p <= 1 || privileged => check(
             "perf_event_paranoid",
             Status::Yes,
@@ -283,46 +343,77 @@ pub fn run(sys_root: &Path) -> DoctorReport {
             "/proc/sys/kernel/perf_event_paranoid is missing",
             Some("the kernel lacks perf_event support (CONFIG_PERF_EVENTS)".into()),
         ),
-    });
+    }
+}
+
+fn capabilities_check(caps: u64) -> Check {
     let names: Vec<&str> = [
         (CAP_PERFMON, "CAP_PERFMON"),
         (CAP_SYS_ADMIN, "CAP_SYS_ADMIN"),
         (CAP_SYS_PTRACE, "CAP_SYS_PTRACE"),
     ]
     .iter()
-    .filter(|(c, _)| has(*c))
+    .filter(|(c, _)| has_cap(caps, *c))
     .map(|(_, n)| *n)
     .collect();
-    checks.push(if privileged && has(CAP_SYS_PTRACE) {
-        check("capabilities", Status::Yes, names.join(", "), None)
+    if perf_privileged(caps) && has_cap(caps, CAP_SYS_PTRACE) {
+        return check("capabilities", Status::Yes, names.join(", "), None);
+    }
+    let effective = if names.is_empty() {
+        "none of CAP_PERFMON, CAP_SYS_ADMIN, CAP_SYS_PTRACE".to_string()
     } else {
-        check(
-            "capabilities",
-            Status::No,
-            format!("effective: {}", if names.is_empty() { "none of CAP_PERFMON, CAP_SYS_ADMIN, CAP_SYS_PTRACE".to_string() } else { names.join(", ") }),
-            Some("sampling other users' processes needs CAP_PERFMON (or CAP_SYS_ADMIN) and CAP_SYS_PTRACE: run as root or grant them (systemd: AmbientCapabilities=)".into()),
-        )
-    });
+        names.join(", ")
+    };
+    check(
+        "capabilities",
+        Status::No,
+        format!("effective: {effective}"),
+        Some(
+            "sampling other users' processes needs CAP_PERFMON (or CAP_SYS_ADMIN) and \
+             CAP_SYS_PTRACE: run as root or grant them (systemd: AmbientCapabilities=)"
+                .into(),
+        ),
+    )
+}
 
+fn thp_check() -> Check {
     let thp = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").ok();
+    // The file lists every mode with the chosen one in brackets: "always [madvise] never".
     let mode = thp.as_deref().and_then(|t| {
         let s = t.find('[')?;
         let e = t[s..].find(']')?;
         Some(t[s + 1..s + e].to_string())
     });
-    checks.push(match mode.as_deref() {
+    match mode.as_deref() {
         Some("always") => check(
             "thp",
             Status::Warn,
-            "transparent huge pages: always; huge pages blur a per-4K-page profile and the shim moves 4 KiB pages",
-            Some("`echo madvise > /sys/kernel/mm/transparent_hugepage/enabled` (or exclude the targets from THP)".into()),
+            "transparent huge pages: always; huge pages blur a per-4K-page profile and the shim \
+             moves 4 KiB pages",
+            Some(
+                "`echo madvise > /sys/kernel/mm/transparent_hugepage/enabled` (or exclude the \
+                 targets from THP)"
+                    .into(),
+            ),
         ),
-        Some(m) => check("thp", Status::Yes, format!("transparent huge pages: {m}"), None),
-        None => check("thp", Status::Info, "transparent huge pages: not available", None),
-    });
+        Some(m) => check(
+            "thp",
+            Status::Yes,
+            format!("transparent huge pages: {m}"),
+            None,
+        ),
+        None => check(
+            "thp",
+            Status::Info,
+            "transparent huge pages: not available",
+            None,
+        ),
+    }
+}
 
+fn shim_check() -> Check {
     let shim = crate::shim::probe();
-    checks.push(if shim.usable {
+    if shim.usable {
         check(
             "shim",
             Status::Yes,
@@ -351,10 +442,12 @@ pub fn run(sys_root: &Path) -> DoctorReport {
             ),
             Some(shim.what_to_do),
         )
-    });
+    }
+}
 
-    match detect_geometry(sys_root, &cpu, page_size(), None) {
-        Ok(g) => checks.push(check(
+fn geometry_check(sys_root: &Path, cpu: &CpuInfo) -> Check {
+    match detect_geometry(sys_root, cpu, page_size(), None) {
+        Ok(g) => check(
             "geometry",
             Status::Info,
             format!(
@@ -368,18 +461,13 @@ pub fn run(sys_root: &Path) -> DoctorReport {
                 g.llc.page_size
             ),
             None,
-        )),
-        Err(e) => checks.push(check(
+        ),
+        Err(e) => check(
             "geometry",
             Status::No,
             e.to_string(),
             Some("set [geometry] in rocsd.toml".into()),
-        )),
-    }
-
-    DoctorReport {
-        checks,
-        precise_sampling: precise,
+        ),
     }
 }
 

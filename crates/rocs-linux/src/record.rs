@@ -132,7 +132,8 @@ pub fn parse_sample<'a>(fmt: &SampleFormat, b: &'a [u8]) -> Result<Sample<'a>, T
     parse_sample_in::<LittleEndian>(fmt, b)
 }
 
-/// `parse_sample` of a record in byte order `O`.
+/// `parse_sample` of a record in byte order `O`: the fields in the kernel's order (see
+/// perf_event_open(2), PERF_RECORD_SAMPLE), skipping those rocs does not use.
 #[inline]
 pub fn parse_sample_in<'a, O: ByteOrder>(
     fmt: &SampleFormat,
@@ -140,6 +141,38 @@ pub fn parse_sample_in<'a, O: ByteOrder>(
 ) -> Result<Sample<'a>, Truncated> {
     let t = fmt.sample_type;
     let mut s = Sample::default();
+    let mut o = parse_leading_fields::<O>(t, b, &mut s)?;
+    // Fields past this point are rare in rocs's own events: stop early when none is set.
+    const LATER: u64 = SAMPLE_READ
+        | SAMPLE_CALLCHAIN
+        | SAMPLE_RAW
+        | SAMPLE_BRANCH_STACK
+        | SAMPLE_REGS_USER
+        | SAMPLE_STACK_USER
+        | SAMPLE_WEIGHT
+        | SAMPLE_WEIGHT_STRUCT
+        | SAMPLE_DATA_SRC
+        | SAMPLE_TRANSACTION
+        | SAMPLE_REGS_INTR
+        | SAMPLE_PHYS_ADDR;
+    if t & LATER != 0 {
+        o = skip_variable_blocks::<O>(fmt, b, o, &mut s)?;
+        o = parse_memory_fields::<O>(fmt, b, o, &mut s)?;
+    }
+    if o > b.len() {
+        return Err(Truncated { field: "sample" });
+    }
+    Ok(s)
+}
+
+/// IDENTIFIER up to PERIOD: the fixed-size fields every sample starts with. Returns the
+/// offset after them.
+#[inline(always)]
+fn parse_leading_fields<O: ByteOrder>(
+    t: u64,
+    b: &[u8],
+    s: &mut Sample<'_>,
+) -> Result<usize, Truncated> {
     let mut o = 0usize;
     if t & SAMPLE_IDENTIFIER != 0 {
         s.id = u64_at::<O>(b, o, "identifier")?;
@@ -169,41 +202,21 @@ pub fn parse_sample_in<'a, O: ByteOrder>(
         .iter()
         .filter(|&&x| t & x != 0)
         .count();
-    // Fields past this point are rare in rocs's own events: stop early when none is set.
-    const LATER: u64 = SAMPLE_READ
-        | SAMPLE_CALLCHAIN
-        | SAMPLE_RAW
-        | SAMPLE_BRANCH_STACK
-        | SAMPLE_REGS_USER
-        | SAMPLE_STACK_USER
-        | SAMPLE_WEIGHT
-        | SAMPLE_WEIGHT_STRUCT
-        | SAMPLE_DATA_SRC
-        | SAMPLE_TRANSACTION
-        | SAMPLE_REGS_INTR
-        | SAMPLE_PHYS_ADDR;
-    if t & LATER == 0 {
-        return if o <= b.len() {
-            Ok(s)
-        } else {
-            Err(Truncated { field: "sample" })
-        };
-    }
+    Ok(o)
+}
+
+/// READ up to STACK_USER: blocks whose length is in the record (only RAW is kept). Returns
+/// the offset after them.
+#[inline(always)]
+fn skip_variable_blocks<'a, O: ByteOrder>(
+    fmt: &SampleFormat,
+    b: &'a [u8],
+    mut o: usize,
+    s: &mut Sample<'a>,
+) -> Result<usize, Truncated> {
+    let t = fmt.sample_type;
     if t & SAMPLE_READ != 0 {
-        let len = fmt.read_len();
-        if len == usize::MAX {
-            let nr = u64_at::<O>(b, o, "read.nr")? as usize;
-            let f = fmt.read_format;
-            let times = (f & FORMAT_TOTAL_TIME_ENABLED != 0) as usize
-                + (f & FORMAT_TOTAL_TIME_RUNNING != 0) as usize;
-            let per = 1 + (f & FORMAT_ID != 0) as usize + (f & FORMAT_LOST != 0) as usize;
-            o = o
-                .checked_add(8 * (1 + times))
-                .and_then(|o| nr.checked_mul(8 * per).and_then(|n| o.checked_add(n)))
-                .ok_or(Truncated { field: "read" })?;
-        } else {
-            o += len;
-        }
+        o = skip_read::<O>(fmt, b, o)?;
     }
     if t & SAMPLE_CALLCHAIN != 0 {
         let nr = u64_at::<O>(b, o, "callchain.nr")? as usize;
@@ -253,6 +266,36 @@ pub fn parse_sample_in<'a, O: ByteOrder>(
             o += 8; // dyn_size
         }
     }
+    Ok(o)
+}
+
+/// The READ block at `o`: its length follows from the read_format, or, for a group, from
+/// the number of values it starts with. Returns the offset after it.
+#[inline(always)]
+fn skip_read<O: ByteOrder>(fmt: &SampleFormat, b: &[u8], o: usize) -> Result<usize, Truncated> {
+    let len = fmt.read_len();
+    if len != usize::MAX {
+        return Ok(o + len);
+    }
+    let nr = u64_at::<O>(b, o, "read.nr")? as usize;
+    let f = fmt.read_format;
+    let times = (f & FORMAT_TOTAL_TIME_ENABLED != 0) as usize
+        + (f & FORMAT_TOTAL_TIME_RUNNING != 0) as usize;
+    let per = 1 + (f & FORMAT_ID != 0) as usize + (f & FORMAT_LOST != 0) as usize;
+    o.checked_add(8 * (1 + times))
+        .and_then(|o| nr.checked_mul(8 * per).and_then(|n| o.checked_add(n)))
+        .ok_or(Truncated { field: "read" })
+}
+
+/// WEIGHT up to PHYS_ADDR: what the PMU says of the access. Returns the offset after them.
+#[inline(always)]
+fn parse_memory_fields<O: ByteOrder>(
+    fmt: &SampleFormat,
+    b: &[u8],
+    mut o: usize,
+    s: &mut Sample<'_>,
+) -> Result<usize, Truncated> {
+    let t = fmt.sample_type;
     if t & (SAMPLE_WEIGHT | SAMPLE_WEIGHT_STRUCT) != 0 {
         let w = u64_at::<O>(b, o, "weight")?;
         // WEIGHT_STRUCT: var1 (the latency) is the low 32 bits.
@@ -281,10 +324,7 @@ pub fn parse_sample_in<'a, O: ByteOrder>(
         s.phys_addr = Some(u64_at::<O>(b, o, "phys_addr")?);
         o += 8;
     }
-    if o > b.len() {
-        return Err(Truncated { field: "sample" });
-    }
-    Ok(s)
+    Ok(o)
 }
 
 /// Write the body of a sample record as the kernel would (for tests and benchmarks).
