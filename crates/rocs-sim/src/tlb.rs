@@ -1,11 +1,23 @@
 //! A set-associative data TLB (true LRU) and where a process's leaf page-table entries
 //! sit in physical memory, so that a miss can read its entry through the caches.
 
+use std::collections::HashMap;
+
 use crate::spec::TlbSpec;
 
 const INVALID: u64 = u64::MAX;
 /// Bytes per page-table entry (x86-64 and AArch64 alike).
 pub const PTE_BYTES: u64 = 8;
+
+/// Frames of a process's leaf page tables, one per `page_size / 8` pages.
+#[derive(Clone)]
+enum PageTables {
+    /// A generated process's: every table of its address range, from table `first`.
+    Range { first: u64, frames: Vec<u32> },
+    /// A trace's: the tables of the pages it touched so far (its address space is sparse:
+    /// code, heap and stack far apart), added as it touches new ones.
+    Touched(HashMap<u64, u32>),
+}
 
 /// One core's TLB and its process's page tables.
 #[derive(Clone)]
@@ -14,9 +26,7 @@ pub struct Tlb {
     tags: Vec<u64>,
     ways: usize,
     set_mask: u64,
-    /// Frames of the leaf page tables, one per `entries_per_table` pages, from `first_vpn`.
-    tables: Vec<u32>,
-    first_table: u64,
+    tables: PageTables,
     table_shift: u32,
     page_shift: u32,
     pub(crate) walk_fp: u64,
@@ -39,11 +49,37 @@ impl Tlb {
             tags: vec![INVALID; spec.entries as usize],
             ways: spec.ways as usize,
             set_mask: sets - 1,
-            tables,
-            first_table: first_vpn >> table_shift,
+            tables: PageTables::Range {
+                first: first_vpn >> table_shift,
+                frames: tables,
+            },
             table_shift,
             page_shift,
             walk_fp,
+        }
+    }
+
+    /// A TLB (validated spec) whose page tables are added as the process touches pages
+    /// ([`Tlb::add_table`]).
+    pub fn with_touched_tables(spec: &TlbSpec, page_shift: u32, walk_fp: u64) -> Tlb {
+        Tlb {
+            tables: PageTables::Touched(HashMap::new()),
+            ..Tlb::new(spec, page_shift, 0, Vec::new(), walk_fp)
+        }
+    }
+
+    /// True if the leaf table that maps `vpn` has no frame yet (touched tables only).
+    pub fn lacks_table(&self, vpn: u64) -> bool {
+        match &self.tables {
+            PageTables::Range { .. } => false,
+            PageTables::Touched(t) => !t.contains_key(&(vpn >> self.table_shift)),
+        }
+    }
+
+    /// Give the leaf table that maps `vpn` the frame `frame` (touched tables only).
+    pub fn add_table(&mut self, vpn: u64, frame: u32) {
+        if let PageTables::Touched(t) = &mut self.tables {
+            t.insert(vpn >> self.table_shift, frame);
         }
     }
 
@@ -77,7 +113,12 @@ impl Tlb {
     /// Physical address of the leaf entry that maps `vpn`.
     #[inline]
     pub fn pte_paddr(&self, vpn: u64) -> u64 {
-        let table = self.tables[((vpn >> self.table_shift) - self.first_table) as usize] as u64;
+        let table = match &self.tables {
+            PageTables::Range { first, frames } => {
+                frames[((vpn >> self.table_shift) - first) as usize]
+            }
+            PageTables::Touched(t) => t[&(vpn >> self.table_shift)],
+        } as u64;
         let index = vpn & ((1 << self.table_shift) - 1);
         (table << self.page_shift) + index * PTE_BYTES
     }

@@ -194,7 +194,7 @@ fn lackey_and_binary_replays_match_cachegrind_on_sort() {
         let cg = cachegrind_summary(&cg_out);
         let profile = profile_for(g);
         // Cachegrind models no prefetcher, no TLB and no victim LLC: agreement is with them
-        // off (a trace on a machine with them is refused).
+        // off (with them on, a trace takes the path generated workloads take there).
         assert!(!profile.has_modern_models());
         let t = replay(&profile, &trace, TraceFormat::Lackey);
         let from_binary = replay(&profile, &binary, TraceFormat::Binary);

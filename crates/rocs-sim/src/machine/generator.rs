@@ -262,7 +262,7 @@ impl GenProc {
             st.c.accesses += 1;
             let vaddr = reg.base_va + off;
             let (served, walk_fp) = if modern {
-                modern_ref(&mut st.core, llc, &mut st.c, t, vaddr, paddr, page_shift)
+                modern_ref(&mut st.core, llc, &mut st.c, t, vaddr, paddr, 1, page_shift)
             } else {
                 (line_ref(&mut st.core, llc, &mut st.c, vaddr, paddr), 0)
             };

@@ -172,6 +172,8 @@ pub(super) fn build_cache(spec: &MachineSpec, l: &LevelSpec) -> Cache {
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Request {
     Demand,
+    /// An instruction fetch that missed the L1I.
+    Fetch,
     Prefetch,
     Walk,
 }
@@ -224,6 +226,14 @@ fn count(c: &mut Counts, has_l2: bool, request: Request, served: Served) {
             c.llc_misses += mem;
             c.llc_data_misses += mem;
         }
+        Request::Fetch => {
+            if has_l2 {
+                c.l2_accesses += 1;
+                c.l2_misses += (served > Served::L2) as u64;
+            }
+            c.llc_accesses += (served >= Served::Llc) as u64;
+            c.llc_misses += (served == Served::Mem) as u64;
+        }
         Request::Prefetch => {
             c.prefetches += 1;
             c.prefetch_mem += (served == Served::Mem) as u64;
@@ -235,11 +245,15 @@ fn count(c: &mut Counts, has_l2: bool, request: Request, served: Served) {
     }
 }
 
-/// A data reference of a generated workload on a machine with the modern models: the TLB
-/// (a miss reads the page-table entry through the L2 and the LLC), the L1, the L2 and the
-/// LLC as it is filled, and the L2 prefetcher trained on the L1's misses. Returns the level
-/// that served the data and the page walk's cycles (fixed point), if there was one.
+/// A data reference on a machine with the modern models: the TLB (a miss reads the
+/// page-table entry through the L2 and the LLC), the L1, the L2 and the LLC as it is filled,
+/// and the L2 prefetcher trained on the L1's misses. `size` bytes at `vaddr` may straddle
+/// two lines (a trace's accesses; a generated one gives 1): each line goes its way, and the
+/// access is one, served by the slower line, as in [`data_ref`]. Both lines lie in one page
+/// (the replay splits accesses that cross pages). Returns the level that served the data
+/// and the page walk's cycles (fixed point), if there was one.
 #[inline(never)]
+#[allow(clippy::too_many_arguments)]
 pub(super) fn modern_ref(
     core: &mut Core,
     llc: &mut Cache,
@@ -247,6 +261,7 @@ pub(super) fn modern_ref(
     t: &Timing,
     vaddr: u64,
     paddr: u64,
+    size: u64,
     page_shift: u32,
 ) -> (Served, u64) {
     let has_l2 = core.l2.is_some();
@@ -269,14 +284,33 @@ pub(super) fn modern_ref(
         }
     }
     c.l1d_accesses += 1;
-    if core.l1d.access_line(vaddr >> core.l1d.line_shift()) {
-        return (Served::L1, walk_fp);
+    let l1_shift = core.l1d.line_shift();
+    let first = vaddr >> l1_shift;
+    let last = (vaddr + size.max(1) - 1) >> l1_shift;
+    let mut served = Served::L1;
+    for line in first..=last {
+        if core.l1d.access_line(line) {
+            continue;
+        }
+        // The second line is a line on in the same frame.
+        let below = paddr + ((line - first) << l1_shift);
+        served = served.max(l1_miss(core, llc, c, below));
     }
-    c.l1d_misses += 1;
+    if served > Served::L1 {
+        c.l1d_misses += 1;
+        count(c, has_l2, Request::Demand, served);
+    }
+    (served, walk_fp)
+}
+
+/// A data line that missed the L1: through the levels below, and the prefetcher trains on
+/// it (unless switched off) and fetches what it says. Counts only the prefetches.
+#[inline]
+fn l1_miss(core: &mut Core, llc: &mut Cache, c: &mut Counts, paddr: u64) -> Served {
+    let has_l2 = core.l2.is_some();
     let served = below_l1(core, llc, paddr);
-    count(c, has_l2, Request::Demand, served);
     if core.modern.prefetch_paused {
-        return (served, walk_fp);
+        return served;
     }
     let mut lines = [0u64; MAX_DEGREE];
     let (n, l2_shift) = match (core.modern.prefetch.as_mut(), core.l2.as_ref()) {
@@ -294,7 +328,47 @@ pub(super) fn modern_ref(
         let served = below_l1(core, llc, line << l2_shift);
         count(c, has_l2, Request::Prefetch, served);
     }
-    (served, walk_fp)
+    served
+}
+
+/// An instruction fetch on a machine with the modern models: through the L1I (if the
+/// machine has one), then below it as the LLC is filled. Code is not translated by the
+/// data TLB and does not train the (data) prefetcher. `size` bytes may straddle two lines
+/// of one page, as in [`modern_ref`].
+#[inline(never)]
+pub(super) fn modern_fetch(
+    core: &mut Core,
+    llc: &mut Cache,
+    c: &mut Counts,
+    vaddr: u64,
+    paddr: u64,
+    size: u64,
+) -> Served {
+    let Some(l1i) = core.l1i.as_mut() else {
+        return Served::L1;
+    };
+    c.accesses += 1;
+    c.l1i_accesses += 1;
+    let l1_shift = l1i.line_shift();
+    let first = vaddr >> l1_shift;
+    let last = (vaddr + size.max(1) - 1) >> l1_shift;
+    // Sizes are clamped to the smallest line: at most two lines.
+    let hits = [
+        l1i.access_line(first),
+        last == first || l1i.access_line(last),
+    ];
+    let mut served = Served::L1;
+    for (i, hit) in hits.into_iter().enumerate() {
+        if !hit {
+            let below = paddr + ((i as u64) << l1_shift);
+            served = served.max(below_l1(core, llc, below));
+        }
+    }
+    if served > Served::L1 {
+        c.l1i_misses += 1;
+        count(c, core.l2.is_some(), Request::Fetch, served);
+    }
+    served
 }
 
 pub(super) fn build_modern(spec: &MachineSpec, llc: &Cache) -> Modern {

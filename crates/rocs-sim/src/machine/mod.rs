@@ -26,6 +26,7 @@ use crate::error::SimError;
 use crate::frames::FrameAllocator;
 use crate::rng::{splitmix64, Rng};
 use crate::spec::MachineSpec;
+use crate::tlb::Tlb;
 use crate::workload::Workload;
 use generator::GenProc;
 use hierarchy::{build_cache, build_modern, Core, Timing};
@@ -204,10 +205,11 @@ impl Machine {
                     .into(),
             ));
         }
-        if spec.has_modern_models() {
+        if spec.tlb.is_some() && traces.iter().any(|t| t.identity_map) {
             return Err(SimError::Unsupported(format!(
-                "machine '{}': trace replay models no prefetcher, TLB or victim LLC (it is kept \
-                 exact against cachegrind); use a machine without [prefetch], [tlb] and llc.fill",
+                "machine '{}' has a TLB, whose page tables need frames, but identity mapping \
+                 (to compare with cachegrind, which models no TLB) gives none: use a machine \
+                 without [tlb], or no identity mapping",
                 spec.name
             )));
         }
@@ -222,7 +224,10 @@ impl Machine {
             .join(" + ");
         let mut m = Machine::empty(spec, name, seed)?;
         for (i, (proc, name)) in procs.into_iter().enumerate() {
-            let st = m.new_state(i);
+            let mut st = m.new_state(i);
+            st.core.modern.tlb = spec.tlb.as_ref().map(|tlb| {
+                Tlb::with_touched_tables(tlb, m.page_shift, tlb.walk_cycles as u64 * FP)
+            });
             m.procs.push(Process {
                 name,
                 source: Source::Trace(Box::new(proc)),
