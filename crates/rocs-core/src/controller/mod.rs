@@ -114,6 +114,8 @@ pub struct Controller {
     /// recognised by its stack and tries its old `k` first.
     remembered: VecDeque<PhaseMemory>,
     pages: PageLedger,
+    /// What the last profile promised ([`Controller::last_promise`]).
+    promise: Option<f64>,
     /// Searches in a row that confined nothing.
     fruitless: u32,
     /// A move was made just before this window: not a clean phase reference.
@@ -141,6 +143,7 @@ impl Controller {
             search: None,
             remembered: VecDeque::new(),
             pages: PageLedger::new(knobs.page_budget),
+            promise: None,
             fruitless: 0,
             skip_window: false,
             history: VecDeque::new(),
@@ -204,6 +207,13 @@ impl Controller {
 
     pub fn stats(&self) -> Stats {
         self.stats
+    }
+
+    /// What the last finished profile promised: the share of the target's sampled LLC
+    /// loads that a pollute buffer could turn from misses into hits (misses on pages that
+    /// are also reused). `None` before the first profile.
+    pub fn last_promise(&self) -> Option<f64> {
+        self.promise
     }
 
     /// Whether the controller has asked for sampling and not stopped it.
