@@ -28,8 +28,11 @@ enum Pattern {
     StreamAndReuse,
 }
 
+/// A target's IPC in a window (counted from 0), and whether it is sampled.
+type IpcOf = fn(u64, bool) -> f64;
+
 /// Every move and query succeeds; a sampled target brings 640 samples a window on its 64
-/// pages; every target runs at a fixed IPC whatever the placement.
+/// pages; every target runs at the IPC `ipc` says, whatever the placement.
 struct Fake {
     first: BTreeMap<Pid, (u64, Pattern)>,
     sampling: BTreeSet<Pid>,
@@ -37,6 +40,8 @@ struct Fake {
     moved: BTreeMap<Pid, usize>,
     /// Windows a target sampled in.
     sampled_windows: BTreeMap<Pid, u64>,
+    ipc: IpcOf,
+    windows: u64,
 }
 
 impl Sampler for Fake {
@@ -59,8 +64,8 @@ impl Sampler for Fake {
             let page = i % PAGES;
             let miss = match pattern {
                 Pattern::Stream => true,
-                Pattern::Uniform => (i / PAGES) % 2 == 0,
-                Pattern::StreamAndReuse => page < PAGES / 2 || (i / PAGES) % 5 == 0,
+                Pattern::Uniform => (i / PAGES).is_multiple_of(2),
+                Pattern::StreamAndReuse => page < PAGES / 2 || (i / PAGES).is_multiple_of(5),
             };
             MemSample {
                 pid,
@@ -82,9 +87,11 @@ impl Sampler for Fake {
 
 impl Counters for Fake {
     type Error = Infallible;
-    fn read(&mut self, _: Pid) -> Result<CounterDelta, Infallible> {
-        // IPC 0.5, missing enough to be worth profiling.
-        let (cycles, instructions) = (1_000_000, 500_000);
+    fn read(&mut self, pid: Pid) -> Result<CounterDelta, Infallible> {
+        // Missing enough to be worth profiling.
+        let ipc = (self.ipc)(self.windows, self.sampling.contains(&pid));
+        let cycles = 1_000_000;
+        let instructions = (ipc * cycles as f64) as u64;
         Ok(CounterDelta {
             instructions,
             cycles,
@@ -122,9 +129,18 @@ fn knobs() -> Knobs {
     }
 }
 
-/// Run the targets (pid, pattern) on one LLC for `windows`; returns the fake machine and
-/// every event by pid.
+/// Run the targets (pid, pattern) on one LLC for `windows` at IPC 0.5; returns the fake
+/// machine and every event by pid.
 fn run(targets: &[(Pid, Pattern)], windows: usize) -> (Fake, BTreeMap<Pid, Vec<EventKind>>) {
+    run_with(targets, windows, knobs(), |_, _| 0.5)
+}
+
+fn run_with(
+    targets: &[(Pid, Pattern)],
+    windows: usize,
+    knobs: Knobs,
+    ipc: IpcOf,
+) -> (Fake, BTreeMap<Pid, Vec<EventKind>>) {
     let mut fake = Fake {
         first: targets
             .iter()
@@ -133,16 +149,20 @@ fn run(targets: &[(Pid, Pattern)], windows: usize) -> (Fake, BTreeMap<Pid, Vec<E
         sampling: BTreeSet::new(),
         moved: BTreeMap::new(),
         sampled_windows: BTreeMap::new(),
+        ipc,
+        windows: 0,
     };
     let mut engine = Engine::new();
     for &(pid, _) in targets {
-        engine.attach(Controller::new(pid, knobs(), SHIFT, COLOURS).expect("valid knobs"));
+        let ctrl = Controller::new(pid, knobs.clone(), SHIFT, COLOURS).expect("valid knobs");
+        engine.attach(ctrl);
     }
     let mut driver = Driver::new();
     let mut events: BTreeMap<Pid, Vec<EventKind>> = BTreeMap::new();
     for _ in 0..windows {
         let mut out = Vec::new();
         driver.end_window(&mut engine, &mut fake, &|_, _| false, &mut out);
+        fake.windows += 1;
         for o in out {
             match o {
                 Outcome::Event { pid, event } => events.entry(pid).or_default().push(event.kind),
@@ -174,12 +194,20 @@ fn a_target_does_not_search_for_a_sharer_whose_misses_only_stream() {
     // neighbour's profile says that the neighbour's misses only stream. The victim's
     // probes could only squeeze its own table.
     let (fake, events) = run(&[(1, Pattern::Stream), (2, Pattern::Uniform)], 120);
-    assert!(searched(&events[&1]), "the neighbour searches: {:?}", events[&1]);
+    assert!(
+        searched(&events[&1]),
+        "the neighbour searches: {:?}",
+        events[&1]
+    );
     assert!(
         fake.sampled_windows.get(&2).is_some_and(|&w| w > 0),
         "the victim profiled"
     );
-    assert!(!searched(&events[&2]), "the victim searched: {:?}", events[&2]);
+    assert!(
+        !searched(&events[&2]),
+        "the victim searched: {:?}",
+        events[&2]
+    );
     assert_eq!(fake.moved.get(&2), None, "the victim's pages moved");
     let nothing = events[&2].iter().any(|e| {
         matches!(e, EventKind::Transition { to: State::Steady, reason, .. }
@@ -193,5 +221,64 @@ fn a_target_searches_for_a_sharer_whose_reused_data_misses() {
     // The same victim beside a neighbour that also reuses data that misses: confining the
     // victim's pages might give the neighbour its cache back, and only a search can tell.
     let (_, events) = run(&[(1, Pattern::StreamAndReuse), (2, Pattern::Uniform)], 120);
-    assert!(searched(&events[&2]), "the victim did not search: {:?}", events[&2]);
+    assert!(
+        searched(&events[&2]),
+        "the victim did not search: {:?}",
+        events[&2]
+    );
+}
+
+/// A lone target with nothing to win whose phases change every 20 windows (IPC 0.5, then
+/// 0.3), whose profiles take 4 windows and whose IPC sampling halves (as its sampling
+/// budget allows); returns the windows it spent profiling and how many profiles it took.
+fn fruitless_phases(overhead_budget: f64, windows: usize) -> (u64, usize) {
+    let knobs = Knobs {
+        overhead_budget,
+        profile_windows: 4,
+        sample_cpu_budget: 0.5,
+        ..knobs()
+    };
+    let ipc = |w: u64, sampled: bool| {
+        let phase = if (w / 20).is_multiple_of(2) { 0.5 } else { 0.3 };
+        if sampled {
+            phase / 2.0
+        } else {
+            phase
+        }
+    };
+    let (fake, events) = run_with(&[(1, Pattern::Uniform)], windows, knobs, ipc);
+    let profiles = events[&1]
+        .iter()
+        .filter(|e| matches!(e, EventKind::Profiled { .. }))
+        .count();
+    (fake.sampled_windows[&1], profiles)
+}
+
+#[test]
+fn fruitless_attempts_cost_at_most_the_overhead_budget_after_the_first() {
+    let windows = 300;
+    // Each sampled window loses half a window's cycles; the first profile is the price of
+    // finding out.
+    let lost_share = |sampled: u64, profiles: usize| {
+        let first = sampled / profiles as u64;
+        (sampled - first) as f64 * 0.5 / windows as f64
+    };
+    let (sampled, profiles) = fruitless_phases(0.01, windows);
+    eprintln!("with the budget: {profiles} profiles, {sampled} windows sampled");
+    let share = lost_share(sampled, profiles);
+    assert!(profiles >= 2, "it tries again, later: {profiles} profiles");
+    assert!(
+        share <= 0.01,
+        "{profiles} profiles, {sampled} windows sampled: {:.2}% of the cycles",
+        share * 100.0
+    );
+    // Without the budget, the phase changes alone would have it profile more often than
+    // that (the fruitless-search cooldown only delays the phase watch).
+    let (sampled, profiles) = fruitless_phases(1.0, windows);
+    let share = lost_share(sampled, profiles);
+    assert!(
+        share > 0.01,
+        "{profiles} profiles, {sampled} windows sampled: {:.2}% of the cycles",
+        share * 100.0
+    );
 }

@@ -217,6 +217,14 @@ impl Controller {
             }
         }
         if let Some(s) = self.search.as_mut() {
+            // A probe window slower than the search's own k = 0 cost the target the
+            // difference (the k = 0 windows are the reference, and cost nothing).
+            if let (true, Some(base)) = (k > 0, s.measurements().mean(0)) {
+                if base > 0.0 {
+                    self.spending
+                        .spent(delta.cycles as f64 * (1.0 - value / base));
+                }
+            }
             s.record(k, value);
         }
         let step = EventKind::SearchStep {
