@@ -171,6 +171,11 @@ pub struct Knobs {
     /// stream, or a reused set that already hits, leave nothing for a pollute buffer to
     /// win, and probes cost their moves.
     pub min_promise: f64,
+    /// The share of the target's cycles (0.01 = 1%) that attempts which confine nothing
+    /// may cost: after one, the next profile waits until what fruitless attempts cost is
+    /// at most this share of the cycles the target has run, and the share halves with
+    /// each fruitless attempt in a row. A search that confines something resets it.
+    pub overhead_budget: f64,
 }
 
 impl Default for Knobs {
@@ -203,6 +208,7 @@ impl Default for Knobs {
             max_slowdown: 0.05,
             background: false,
             min_promise: 0.02,
+            overhead_budget: 0.01,
         }
     }
 }
@@ -272,6 +278,7 @@ impl Knobs {
         for (name, value) in [
             ("max_slowdown", self.max_slowdown),
             ("min_promise", self.min_promise),
+            ("overhead_budget", self.overhead_budget),
         ] {
             if !(0.0..=1.0).contains(&value) {
                 return Err(KnobError::OutOfRange {

@@ -225,8 +225,8 @@ pub struct WindowContext {
     /// of its own.
     pub sharers_changed: bool,
     /// Some other target sharing the LLC missed enough in this window to be worth
-    /// profiling by its own policy: there is reused data of others a placement could
-    /// protect.
+    /// profiling by its own policy, and its last profile, if it has one, promised a gain:
+    /// there is reused data of others a placement could protect.
     pub sharers_miss: bool,
 }
 

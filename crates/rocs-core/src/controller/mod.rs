@@ -19,6 +19,7 @@
 //! state carries its own data ([`Stage`]); the pages' whereabouts are the [`ledger`]'s, the
 //! search's steps are in [`searching`].
 
+mod budget;
 mod ledger;
 mod messages;
 mod searching;
@@ -37,6 +38,7 @@ use crate::search::Search;
 use crate::{
     Colour, CounterDelta, MemSample, MissRateStack, PageProfile, Pid, SamplingPlan, VirtPage,
 };
+use budget::Spending;
 use ledger::PageLedger;
 use searching::{PhaseMemory, SearchRun};
 
@@ -114,8 +116,12 @@ pub struct Controller {
     /// recognised by its stack and tries its old `k` first.
     remembered: VecDeque<PhaseMemory>,
     pages: PageLedger,
+    /// What the last profile promised ([`Controller::last_promise`]).
+    promise: Option<f64>,
     /// Searches in a row that confined nothing.
     fruitless: u32,
+    /// What attempts (a profile and its search) cost, and when the next may start.
+    spending: Spending,
     /// A move was made just before this window: not a clean phase reference.
     skip_window: bool,
     history: VecDeque<Event>,
@@ -141,7 +147,9 @@ impl Controller {
             search: None,
             remembered: VecDeque::new(),
             pages: PageLedger::new(knobs.page_budget),
+            promise: None,
             fruitless: 0,
+            spending: Spending::default(),
             skip_window: false,
             history: VecDeque::new(),
             stats: Stats::default(),
@@ -204,6 +212,13 @@ impl Controller {
 
     pub fn stats(&self) -> Stats {
         self.stats
+    }
+
+    /// What the last finished profile promised: the share of the target's sampled LLC
+    /// loads that a pollute buffer could turn from misses into hits (misses on pages that
+    /// are also reused). `None` before the first profile.
+    pub fn last_promise(&self) -> Option<f64> {
+        self.promise
     }
 
     /// Whether the controller has asked for sampling and not stopped it.
@@ -288,6 +303,14 @@ impl Controller {
         }
         // A window in which the target did not run says nothing about it.
         let ran = delta.cycles > 0 && delta.instructions > 0;
+        if ran {
+            self.spending.window(delta.cycles);
+            if let Stage::Profile { .. } = self.stage {
+                // Sampling costs at most what the plan allows of the window.
+                let sampling = self.knobs.sample_cpu_budget * delta.cycles as f64;
+                self.spending.spent(sampling);
+            }
+        }
         match self.stage.state() {
             State::Observe if ran => self.observe_window(&delta, context.turn, out),
             State::Profile => self.profile_window(&context, out),
@@ -313,7 +336,9 @@ impl Controller {
             return;
         };
         *streak = if worth { *streak + 1 } else { 0 };
-        if *streak < self.knobs.observe_windows {
+        if *streak < self.knobs.observe_windows
+            || !self.spending.may_try(self.knobs.overhead_budget)
+        {
             return;
         }
         let reason = format!(
@@ -391,16 +416,29 @@ impl Controller {
             self.knobs.phase_band * 100.0,
             self.knobs.phase_windows
         );
-        if self.worth_profiling(delta) {
-            self.stats.phase_changes_profiled += 1;
-            self.start_profile(reason, out);
-        } else {
+        if !self.worth_profiling(delta) {
             let reason = format!("{reason}; the new phase misses too little to profile");
             self.transition(Stage::observe(), reason, out);
+        } else if !self.spending.may_try(self.knobs.overhead_budget) {
+            // Observe profiles once the budget allows, if the phase still misses then.
+            let (spent, share) = self.spending.shares(self.knobs.overhead_budget);
+            let reason = format!(
+                "{reason}; not profiled yet: fruitless attempts cost {:.2}% of the cycles \
+                 so far, over the {:.2}% allowed now (overhead_budget, halved for each \
+                 fruitless attempt in a row)",
+                spent * 100.0,
+                share * 100.0
+            );
+            self.transition(Stage::observe(), reason, out);
+        } else {
+            self.stats.phase_changes_profiled += 1;
+            self.start_profile(reason, out);
         }
     }
 
+    /// Start an attempt: a profile, then a search if the profile promises something.
     fn start_profile(&mut self, reason: String, out: &mut Vec<Action>) {
+        self.spending.start();
         self.profile.clear();
         self.pages.forget_failures();
         self.stats.profiles += 1;
@@ -428,6 +466,7 @@ impl Controller {
         // A search that found nothing makes the next one less urgent: phase changes are
         // ignored for a while, twice as long after each fruitless search in a row.
         self.fruitless = if fruitful { 0 } else { self.fruitless + 1 };
+        self.spending.end(fruitful);
         let cooldown = if self.fruitless == 0 {
             0
         } else {
@@ -444,6 +483,8 @@ impl Controller {
     fn on_migrated(&mut self, report: MigrationReport, out: &mut Vec<Action>) {
         let (moved, failures) = self.pages.on_migrated(&report);
         self.stats.pages_migrated += moved;
+        let cost = moved as f64 * self.knobs.migration_cost_cycles as f64;
+        self.spending.moved(cost);
         if let Some(f) = failures {
             self.stats.migrations_failed += f.count as u64;
             let failed = EventKind::MigrationFailed {

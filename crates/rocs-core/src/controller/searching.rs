@@ -107,11 +107,12 @@ impl Controller {
         // A target gains if its own reused data misses, or, judged by its LLC group, if
         // another sharer misses: then the data to protect is theirs.
         let promise = self.promise();
+        self.promise = Some(promise);
         if promise < self.knobs.min_promise && !(scored && context.sharers_miss) {
             let reason = format!(
                 "nothing to win: {:.1}% of the sampled LLC loads miss on pages that are also \
-                 reused (under min_promise {:.1}%), and no other target of the LLC misses \
-                 enough to profile: the misses are on pages that only stream, or the reused \
+                 reused (under min_promise {:.1}%), and no other target of the LLC has reused \
+                 data that misses: the misses are on pages that only stream, or the reused \
                  data already hits",
                 promise * 100.0,
                 self.knobs.min_promise * 100.0
@@ -216,6 +217,14 @@ impl Controller {
             }
         }
         if let Some(s) = self.search.as_mut() {
+            // A probe window slower than the search's own k = 0 cost the target the
+            // difference (the k = 0 windows are the reference, and cost nothing).
+            if let (true, Some(base)) = (k > 0, s.measurements().mean(0)) {
+                if base > 0.0 {
+                    self.spending
+                        .spent(delta.cycles as f64 * (1.0 - value / base));
+                }
+            }
             s.record(k, value);
         }
         let step = EventKind::SearchStep {
@@ -350,20 +359,22 @@ impl Controller {
     }
 
     /// What a pollute buffer could win for this target: the share of its sampled LLC
-    /// loads that are misses on pages that are also reused (they hit at times) and miss
-    /// clearly less than the stack's worst pages. Those misses are what confining the
-    /// worst pages can turn into hits; misses on pages that only stream cannot be.
+    /// loads that are misses in regions that are also reused (they hit at times) and miss
+    /// clearly less than the stack's worst region. Those misses are what confining the
+    /// worst pages can turn into hits; misses on pages that only stream cannot be. Judged
+    /// by region, not page: a page's few samples scatter its rate (a table of uniform pages
+    /// sampled 3 times each has pages at 0.33 and at 1.0), a region's rate is what the
+    /// stack ranks by.
     pub(super) fn promise(&self) -> f64 {
         let Some(top) = self.build.stack.entries().first() else {
             return 0.0;
         };
         let below = top.miss_rate - self.knobs.region_merge_tolerance;
         let (mut loads, mut winnable) = (0u64, 0u64);
-        for (_, c) in self.profile.iter() {
-            let n = u64::from(c.hits) + u64::from(c.misses);
-            loads += n;
-            if c.hits > 0 && (c.misses as f64) < below * n as f64 {
-                winnable += u64::from(c.misses);
+        for r in &self.build.regions {
+            loads += r.hits + r.misses;
+            if r.hits > 0 && r.miss_rate < below {
+                winnable += r.misses;
             }
         }
         if loads == 0 {

@@ -1,0 +1,143 @@
+//! What trying costs a target, and when it may try again.
+//!
+//! An attempt is a profile and the search after it. The controller counts what it costs
+//! the target from what it knows without a clock: each profile window at most the
+//! sampling budget it asked for (`sample_cpu_budget` of the window's cycles), each page
+//! moved `migration_cost_cycles`, and each probe window what it ran slower than the
+//! search's own k = 0 windows. An attempt that confines nothing is fruitless; what
+//! fruitless attempts cost (their restores included) is kept, and no new attempt starts
+//! until the target has run long enough for that cost to be a small share of its cycles
+//! (`overhead_budget`), a share that halves with each fruitless attempt in a row. So a
+//! target with nothing to gain pays for its first attempt and then for ever fewer, and
+//! its overhead tends to zero, however often its phases seem to change.
+
+/// The cost of the attempt in progress and of the fruitless ones before it.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Spending {
+    /// Cycles of every window in which the target ran.
+    cycles_seen: u64,
+    /// The cycles the attempt in progress has cost so far.
+    attempt: Option<f64>,
+    /// Cycles lost by fruitless attempts since the last fruitful one.
+    fruitless_cycles: f64,
+    /// Fruitless attempts in a row.
+    fruitless_attempts: u32,
+}
+
+impl Spending {
+    /// A window in which the target ran `cycles`.
+    pub fn window(&mut self, cycles: u64) {
+        self.cycles_seen += cycles;
+    }
+
+    /// An attempt starts.
+    pub fn start(&mut self) {
+        self.attempt = Some(0.0);
+    }
+
+    /// The attempt in progress cost `cycles` (a profile window's sampling, a probe window
+    /// slower than k = 0; negative for a probe faster than k = 0). Pages moved go through
+    /// [`Spending::moved`].
+    pub fn spent(&mut self, cycles: f64) {
+        if let Some(cost) = self.attempt.as_mut() {
+            *cost += cycles;
+        }
+    }
+
+    /// Pages were moved at `cycles` in all: part of the attempt in progress, or, after a
+    /// fruitless one, its restores.
+    pub fn moved(&mut self, cycles: f64) {
+        match self.attempt.as_mut() {
+            Some(cost) => *cost += cycles,
+            None if self.fruitless_attempts > 0 => self.fruitless_cycles += cycles,
+            None => {}
+        }
+    }
+
+    /// The attempt ended; `fruitful`: it confined something.
+    pub fn end(&mut self, fruitful: bool) {
+        let Some(cost) = self.attempt.take() else {
+            return;
+        };
+        if fruitful {
+            self.fruitless_cycles = 0.0;
+            self.fruitless_attempts = 0;
+        } else {
+            // Probes that measured faster than k = 0 were noise, not a gain to bank: an
+            // attempt costs nothing at least, never less.
+            self.fruitless_cycles += cost.max(0.0);
+            self.fruitless_attempts += 1;
+        }
+    }
+
+    /// The share of its cycles the target may spend on attempts now: `budget`, halved for
+    /// each fruitless attempt in a row after the first.
+    fn share(&self, budget: f64) -> f64 {
+        let halvings = self.fruitless_attempts.saturating_sub(1).min(30);
+        budget / f64::from(1u32 << halvings)
+    }
+
+    /// Whether a new attempt fits in `budget` (a share of the cycles seen).
+    pub fn may_try(&self, budget: f64) -> bool {
+        self.fruitless_cycles <= self.share(budget) * self.cycles_seen as f64
+    }
+
+    /// What fruitless attempts have cost, as a share of the cycles seen, and the share
+    /// allowed now (for the reasons the controller gives).
+    pub fn shares(&self, budget: f64) -> (f64, f64) {
+        let seen = self.cycles_seen.max(1) as f64;
+        (self.fruitless_cycles / seen, self.share(budget))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fruitless_attempt_waits_for_its_cost_to_be_a_budget_share_and_the_share_halves() {
+        let mut s = Spending::default();
+        s.window(3000);
+        assert!(s.may_try(0.01), "the first attempt is free");
+        s.start();
+        s.spent(500.0);
+        s.moved(400.0);
+        s.spent(-200.0);
+        s.end(false);
+        // Its restores, after it ended, count too: 1000 cycles lost in all.
+        s.moved(300.0);
+        assert_eq!(s.shares(0.01).0, 1000.0 / 3000.0);
+        // Wait until 1000 cycles are 1% of the cycles seen.
+        s.window(96_000);
+        assert!(!s.may_try(0.01));
+        s.window(1000);
+        assert!(s.may_try(0.01));
+        // A second fruitless attempt: 100 more cycles, and the share halves.
+        s.start();
+        s.spent(100.0);
+        s.end(false);
+        assert_eq!(s.shares(0.01).1, 0.005);
+        s.window(119_000);
+        assert!(!s.may_try(0.01));
+        s.window(1000);
+        assert!(s.may_try(0.01), "{:?}", s.shares(0.01));
+        // A fruitful attempt forgives the fruitless ones, and its moves cost nothing more.
+        s.start();
+        s.spent(1e9);
+        s.end(true);
+        s.moved(1e9);
+        assert!(s.may_try(0.01));
+        assert_eq!(s.shares(0.01), (0.0, 0.01));
+    }
+
+    #[test]
+    fn an_attempt_whose_probes_ran_faster_costs_nothing() {
+        let mut s = Spending::default();
+        s.window(1000);
+        s.start();
+        s.spent(-500.0);
+        s.end(false);
+        assert_eq!(s.shares(0.01).0, 0.0);
+        assert!(s.may_try(0.01));
+    }
+}

@@ -1,0 +1,284 @@
+//! What trying costs: a target searches only where a gain is possible, for itself or for
+//! the targets that share its LLC, and a target whose attempts find nothing tries again
+//! only as its budget allows.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::convert::Infallible;
+
+use rocs_core::{
+    Colour, Controller, CounterDelta, Counters, DataSource, Driver, Engine, EventKind, Knobs,
+    MemSample, Outcome, PageResult, Pid, Placement, Remapper, SampleLoss, Sampler, SamplingPlan,
+    State, VirtPage,
+};
+
+const SHIFT: u32 = 12;
+const COLOURS: u32 = 16;
+const PAGES: u64 = 64;
+
+/// How a target's sampled loads look.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Pattern {
+    /// Every load misses: pages that only stream.
+    Stream,
+    /// Every page hits and misses alike (half and half): reused data that misses, but no
+    /// page is worse than another, so no page of its own is worth confining.
+    Uniform,
+    /// The first half of the pages always miss (a stream), the others hit mostly: reused
+    /// data that misses at times.
+    StreamAndReuse,
+}
+
+/// A target's IPC in a window (counted from 0), and whether it is sampled.
+type IpcOf = fn(u64, bool) -> f64;
+
+/// Every move and query succeeds; a sampled target brings 640 samples a window on its 64
+/// pages; every target runs at the IPC `ipc` says, whatever the placement.
+struct Fake {
+    first: BTreeMap<Pid, (u64, Pattern)>,
+    sampling: BTreeSet<Pid>,
+    /// Pages moved, by pid.
+    moved: BTreeMap<Pid, usize>,
+    /// Windows a target sampled in.
+    sampled_windows: BTreeMap<Pid, u64>,
+    ipc: IpcOf,
+    windows: u64,
+}
+
+impl Sampler for Fake {
+    type Error = Infallible;
+    fn start(&mut self, pid: Pid, _: &SamplingPlan) -> Result<(), Infallible> {
+        self.sampling.insert(pid);
+        Ok(())
+    }
+    fn stop(&mut self, pid: Pid) -> Result<(), Infallible> {
+        self.sampling.remove(&pid);
+        Ok(())
+    }
+    fn drain(&mut self, pid: Pid, out: &mut Vec<MemSample>) -> Result<SampleLoss, Infallible> {
+        if !self.sampling.contains(&pid) {
+            return Ok(SampleLoss::default());
+        }
+        *self.sampled_windows.entry(pid).or_default() += 1;
+        let (first, pattern) = self.first[&pid];
+        out.extend((0..10 * PAGES).map(|i| {
+            let page = i % PAGES;
+            let miss = match pattern {
+                Pattern::Stream => true,
+                Pattern::Uniform => (i / PAGES).is_multiple_of(2),
+                Pattern::StreamAndReuse => page < PAGES / 2 || (i / PAGES).is_multiple_of(5),
+            };
+            MemSample {
+                pid,
+                tid: pid,
+                vaddr: (first + page) << SHIFT,
+                paddr: None,
+                source: if miss {
+                    DataSource::LlcMiss
+                } else {
+                    DataSource::LlcHit
+                },
+                weight: 0,
+                time: i,
+            }
+        }));
+        Ok(SampleLoss::default())
+    }
+}
+
+impl Counters for Fake {
+    type Error = Infallible;
+    fn read(&mut self, pid: Pid) -> Result<CounterDelta, Infallible> {
+        // Missing enough to be worth profiling.
+        let ipc = (self.ipc)(self.windows, self.sampling.contains(&pid));
+        let cycles = 1_000_000;
+        let instructions = (ipc * cycles as f64) as u64;
+        Ok(CounterDelta {
+            instructions,
+            cycles,
+            llc_references: instructions / 20,
+            llc_misses: instructions / 40,
+            time_enabled: cycles,
+            time_running: cycles,
+        })
+    }
+}
+
+impl Remapper for Fake {
+    type Error = Infallible;
+    fn migrate(
+        &mut self,
+        pid: Pid,
+        pages: &[VirtPage],
+        to: Placement,
+    ) -> Result<Vec<PageResult>, Infallible> {
+        *self.moved.entry(pid).or_default() += pages.len();
+        let colour = if to == Placement::Pollute { 0 } else { 1 };
+        Ok(vec![Ok(Colour(colour)); pages.len()])
+    }
+    fn query(&mut self, _: Pid, pages: &[VirtPage]) -> Result<Vec<PageResult>, Infallible> {
+        Ok(vec![Ok(Colour(1)); pages.len()])
+    }
+}
+
+fn knobs() -> Knobs {
+    Knobs {
+        profile_windows: 1,
+        min_samples_per_page: 1,
+        pollute_colours: rocs_core::PolluteColours::Set(vec![0]),
+        ..Knobs::default()
+    }
+}
+
+/// Run the targets (pid, pattern) on one LLC for `windows` at IPC 0.5; returns the fake
+/// machine and every event by pid.
+fn run(targets: &[(Pid, Pattern)], windows: usize) -> (Fake, BTreeMap<Pid, Vec<EventKind>>) {
+    run_with(targets, windows, knobs(), |_, _| 0.5)
+}
+
+fn run_with(
+    targets: &[(Pid, Pattern)],
+    windows: usize,
+    knobs: Knobs,
+    ipc: IpcOf,
+) -> (Fake, BTreeMap<Pid, Vec<EventKind>>) {
+    let mut fake = Fake {
+        first: targets
+            .iter()
+            .map(|&(pid, pattern)| (pid, (0x1000 * pid as u64, pattern)))
+            .collect(),
+        sampling: BTreeSet::new(),
+        moved: BTreeMap::new(),
+        sampled_windows: BTreeMap::new(),
+        ipc,
+        windows: 0,
+    };
+    let mut engine = Engine::new();
+    for &(pid, _) in targets {
+        let ctrl = Controller::new(pid, knobs.clone(), SHIFT, COLOURS).expect("valid knobs");
+        engine.attach(ctrl);
+    }
+    let mut driver = Driver::new();
+    let mut events: BTreeMap<Pid, Vec<EventKind>> = BTreeMap::new();
+    for _ in 0..windows {
+        let mut out = Vec::new();
+        driver.end_window(&mut engine, &mut fake, &|_, _| false, &mut out);
+        fake.windows += 1;
+        for o in out {
+            match o {
+                Outcome::Event { pid, event } => events.entry(pid).or_default().push(event.kind),
+                Outcome::Failed { pid, error } => panic!("{pid}: {error}"),
+                Outcome::SamplingCost { .. } => {}
+            }
+        }
+    }
+    (fake, events)
+}
+
+fn searched(events: &[EventKind]) -> bool {
+    events.iter().any(|e| {
+        matches!(
+            e,
+            EventKind::Transition {
+                to: State::Search,
+                ..
+            }
+        )
+    })
+}
+
+#[test]
+fn a_target_does_not_search_for_a_sharer_whose_misses_only_stream() {
+    // The neighbour (1) streams and misses most: it profiles first and, judged by both
+    // tenants' paces, searches (the victim's misses might be reused data). The victim (2)
+    // reuses a table whose pages all miss alike: nothing of its own to confine, and the
+    // neighbour's profile says that the neighbour's misses only stream. The victim's
+    // probes could only squeeze its own table.
+    let (fake, events) = run(&[(1, Pattern::Stream), (2, Pattern::Uniform)], 120);
+    assert!(
+        searched(&events[&1]),
+        "the neighbour searches: {:?}",
+        events[&1]
+    );
+    assert!(
+        fake.sampled_windows.get(&2).is_some_and(|&w| w > 0),
+        "the victim profiled"
+    );
+    assert!(
+        !searched(&events[&2]),
+        "the victim searched: {:?}",
+        events[&2]
+    );
+    assert_eq!(fake.moved.get(&2), None, "the victim's pages moved");
+    let nothing = events[&2].iter().any(|e| {
+        matches!(e, EventKind::Transition { to: State::Steady, reason, .. }
+            if reason.contains("nothing to win"))
+    });
+    assert!(nothing, "{:?}", events[&2]);
+}
+
+#[test]
+fn a_target_searches_for_a_sharer_whose_reused_data_misses() {
+    // The same victim beside a neighbour that also reuses data that misses: confining the
+    // victim's pages might give the neighbour its cache back, and only a search can tell.
+    let (_, events) = run(&[(1, Pattern::StreamAndReuse), (2, Pattern::Uniform)], 120);
+    assert!(
+        searched(&events[&2]),
+        "the victim did not search: {:?}",
+        events[&2]
+    );
+}
+
+/// A lone target with nothing to win whose phases change every 20 windows (IPC 0.5, then
+/// 0.3), whose profiles take 4 windows and whose IPC sampling halves (as its sampling
+/// budget allows); returns the windows it spent profiling and how many profiles it took.
+fn fruitless_phases(overhead_budget: f64, windows: usize) -> (u64, usize) {
+    let knobs = Knobs {
+        overhead_budget,
+        profile_windows: 4,
+        sample_cpu_budget: 0.5,
+        ..knobs()
+    };
+    let ipc = |w: u64, sampled: bool| {
+        let phase = if (w / 20).is_multiple_of(2) { 0.5 } else { 0.3 };
+        if sampled {
+            phase / 2.0
+        } else {
+            phase
+        }
+    };
+    let (fake, events) = run_with(&[(1, Pattern::Uniform)], windows, knobs, ipc);
+    let profiles = events[&1]
+        .iter()
+        .filter(|e| matches!(e, EventKind::Profiled { .. }))
+        .count();
+    (fake.sampled_windows[&1], profiles)
+}
+
+#[test]
+fn fruitless_attempts_cost_at_most_the_overhead_budget_after_the_first() {
+    let windows = 300;
+    // Each sampled window loses half a window's cycles; the first profile is the price of
+    // finding out.
+    let lost_share = |sampled: u64, profiles: usize| {
+        let first = sampled / profiles as u64;
+        (sampled - first) as f64 * 0.5 / windows as f64
+    };
+    let (sampled, profiles) = fruitless_phases(0.01, windows);
+    eprintln!("with the budget: {profiles} profiles, {sampled} windows sampled");
+    let share = lost_share(sampled, profiles);
+    assert!(profiles >= 2, "it tries again, later: {profiles} profiles");
+    assert!(
+        share <= 0.01,
+        "{profiles} profiles, {sampled} windows sampled: {:.2}% of the cycles",
+        share * 100.0
+    );
+    // Without the budget, the phase changes alone would have it profile more often than
+    // that (the fruitless-search cooldown only delays the phase watch).
+    let (sampled, profiles) = fruitless_phases(1.0, windows);
+    let share = lost_share(sampled, profiles);
+    assert!(
+        share > 0.01,
+        "{profiles} profiles, {sampled} windows sampled: {:.2}% of the cycles",
+        share * 100.0
+    );
+}
