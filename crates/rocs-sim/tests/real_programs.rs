@@ -102,6 +102,7 @@ fn speedup(trace: &Path) -> f64 {
             input: TraceInput::File(trace.to_path_buf()),
             format: TraceFormat::Binary,
             repeat: REPEAT,
+            length: None,
             identity_map: false,
         };
         Machine::from_trace(&machine, spec, 1)
