@@ -130,7 +130,16 @@ fn unauthorised_peers_are_refused() {
         .as_str()
         .unwrap()
         .contains("uid 65534"));
-    assert!(d.log().contains("refused a control client: uid 65534"));
+    // The refusal is logged after the reply is written: wait for the line, do not race it.
+    d.wait(
+        std::time::Duration::from_secs(10),
+        "the refusal in the log",
+        |d| {
+            d.log()
+                .contains("refused a control client: uid 65534")
+                .then_some(())
+        },
+    );
     // Root is served as before.
     still_serving(&d);
 }
