@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use super::random::{case_seed, random_workload};
 use super::render::{table, targets};
-use super::{compare, ratio, LoopConfig, LoopError, Modes, TargetCheck};
+use super::{compare, ratio, tenant_speedups, LoopConfig, LoopError, Modes, TargetCheck};
 use crate::{Machine, MachineSpec, Pattern, Workload};
 
 /// Below this (rocs cycles against off) a run counts as a loss.
@@ -127,16 +127,7 @@ pub fn run_case(
     let c = compare(&make, cfg, modes, progress)?;
     let rocs = c.rocs.as_ref().expect("asked for rocs");
     let oracle = c.oracle.as_ref().expect("asked for the oracle");
-    let tenant_speedups = c
-        .baseline
-        .stats
-        .processes
-        .iter()
-        .map(|b| {
-            let under_rocs = rocs.stats.processes.iter().find(|p| p.pid == b.pid);
-            ratio(b.cycles, under_rocs.map_or(0, |p| p.cycles))
-        })
-        .collect();
+    let tenant_speedups = tenant_speedups(&c.baseline.stats, &rocs.stats);
     let shape = case
         .workload
         .processes

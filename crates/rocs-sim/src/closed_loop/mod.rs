@@ -399,6 +399,19 @@ pub fn compare(
     Ok(out)
 }
 
+/// Each tenant's speedup under rocs: its baseline cycles over its cycles in `rocs` (0 for a
+/// tenant missing from `rocs`).
+fn tenant_speedups(baseline: &crate::RunStats, rocs: &crate::RunStats) -> Vec<f64> {
+    baseline
+        .processes
+        .iter()
+        .map(|b| {
+            let under_rocs = rocs.processes.iter().find(|p| p.pid == b.pid);
+            ratio(b.cycles, under_rocs.map_or(0, |p| p.cycles))
+        })
+        .collect()
+}
+
 fn ratio(a: u64, b: u64) -> f64 {
     if b == 0 {
         0.0

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::render::{table, BarChart};
-use super::{compare, ratio, LoopConfig, LoopError, Modes};
+use super::{compare, ratio, tenant_speedups, LoopConfig, LoopError, Modes};
 use crate::spec::{parse_toml, read_file};
 use crate::trace::TraceReader;
 use crate::{Machine, MachineSpec, SimError, TraceFormat, TraceSpec};
@@ -243,16 +243,7 @@ pub fn run_real(
     row.speedup = ratio(c.baseline.stats.cycles, rocs.stats.cycles);
     row.oracle_speedup = ratio(c.baseline.stats.cycles, oracle.stats.cycles);
     row.fraction_of_oracle = ratio(oracle.stats.cycles, rocs.stats.cycles);
-    row.tenant_speedups = c
-        .baseline
-        .stats
-        .processes
-        .iter()
-        .map(|b| {
-            let under = rocs.stats.processes.iter().find(|p| p.pid == b.pid);
-            ratio(b.cycles, under.map_or(0, |p| p.cycles))
-        })
-        .collect();
+    row.tenant_speedups = tenant_speedups(&c.baseline.stats, &rocs.stats);
     row.search_windows = rocs.search_windows;
     row.pages_confined = rocs.pages_confined;
     row.pages_profiled = rocs.pages_profiled;
