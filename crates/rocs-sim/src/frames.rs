@@ -14,6 +14,8 @@ pub struct FrameAllocator {
     /// through a coloured request (skipped lazily).
     any_order: Vec<u32>,
     taken: Vec<u64>,
+    /// Free frames the pollute buffer gave back: only coloured requests take them.
+    stashed: Vec<u64>,
     free: u64,
     /// Round-robin position for requests over several colours (bin hopping).
     next_colour: usize,
@@ -37,6 +39,7 @@ impl FrameAllocator {
             // Popped from the end: reverse so that the first frames of the shuffle go first.
             any_order,
             taken: vec![0; (frames as usize).div_ceil(64)],
+            stashed: vec![0; (frames as usize).div_ceil(64)],
             free: frames as u64,
             next_colour: 0,
         }
@@ -59,6 +62,19 @@ impl FrameAllocator {
         self.taken[(pfn / 64) as usize] >> (pfn % 64) & 1 == 1
     }
 
+    fn is_stashed(&self, pfn: u32) -> bool {
+        self.stashed[(pfn / 64) as usize] >> (pfn % 64) & 1 == 1
+    }
+
+    fn set_stashed(&mut self, pfn: u32, stashed: bool) {
+        let w = &mut self.stashed[(pfn / 64) as usize];
+        if stashed {
+            *w |= 1 << (pfn % 64);
+        } else {
+            *w &= !(1 << (pfn % 64));
+        }
+    }
+
     fn mark(&mut self, pfn: u32, taken: bool) {
         let w = &mut self.taken[(pfn / 64) as usize];
         if taken {
@@ -73,7 +89,7 @@ impl FrameAllocator {
     /// Any free frame, in shuffled order.
     pub fn alloc_any(&mut self) -> Option<u32> {
         while let Some(f) = self.any_order.pop() {
-            if !self.is_taken(f) {
+            if !self.is_taken(f) && !self.is_stashed(f) {
                 self.mark(f, true);
                 return Some(f);
             }
@@ -82,9 +98,9 @@ impl FrameAllocator {
     }
 
     fn pop_colour(&mut self, colour: u32) -> Option<u32> {
-        let list = self.free_by_colour.get_mut(colour as usize)?;
-        while let Some(f) = list.pop() {
-            if self.taken[(f / 64) as usize] >> (f % 64) & 1 != 1 {
+        while let Some(f) = self.free_by_colour.get_mut(colour as usize)?.pop() {
+            if !self.is_taken(f) {
+                self.set_stashed(f, false);
                 self.mark(f, true);
                 return Some(f);
             }
@@ -116,6 +132,18 @@ impl FrameAllocator {
             }
         }
         None
+    }
+
+    /// Give a frame of the pollute buffer back to the buffer's own free list (rocs's shim
+    /// takes the frames a restore frees into its stash): ordinary requests never get it,
+    /// so restored pages do not hand their pollute colour to the next page the program
+    /// touches.
+    pub fn free_reserved(&mut self, pfn: u32) {
+        debug_assert!(self.is_taken(pfn));
+        self.mark(pfn, false);
+        self.set_stashed(pfn, true);
+        let c = self.colour_of(pfn) as usize;
+        self.free_by_colour[c].push(pfn);
     }
 
     /// Give a frame back (it is reused first, like a hot page).
@@ -166,5 +194,25 @@ mod tests {
             rest += 1;
         }
         assert_eq!(rest + 100 + coloured.len(), 256);
+    }
+
+    #[test]
+    fn a_frame_given_back_by_the_pollute_buffer_goes_to_the_buffer_not_to_the_next_page() {
+        let mut rng = Rng::new(5);
+        let mut a = FrameAllocator::new(256, 16, &mut rng);
+        let reserved = a.alloc_in(&[15]).unwrap();
+        a.free_reserved(reserved);
+        // An ordinary frame given back is the next one handed out (a hot page) ...
+        let ordinary = a.alloc_any().unwrap();
+        a.free(ordinary);
+        assert_eq!(a.alloc_any(), Some(ordinary));
+        // ... the reserved one is not handed to any ordinary request, only to the buffer.
+        let mut any = Vec::new();
+        while let Some(f) = a.alloc_any() {
+            any.push(f);
+        }
+        assert!(!any.contains(&reserved));
+        assert_eq!(a.alloc_in(&[15]), Some(reserved));
+        assert_eq!(a.free_frames(), 0);
     }
 }

@@ -508,7 +508,11 @@ impl Machine {
         if let Some(l1i) = core.l1i.as_mut() {
             l1i.invalidate_range(vstart, len);
         }
-        self.frames.free(old);
+        if in_pollute {
+            self.frames.free_reserved(old);
+        } else {
+            self.frames.free(old);
+        }
         let proc = &mut self.procs[idx];
         *Self::frame_slot(proc, page, page_shift).expect("slot found above") = new;
         proc.st.clock_fp += self.migration_cycles << FP_SHIFT;
