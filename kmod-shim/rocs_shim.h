@@ -44,6 +44,8 @@ void rocs_pool_init(struct rocs_pool *pool, int nid, unsigned int colours, unsig
 bool rocs_pool_fill(struct rocs_pool *pool, const unsigned long *wanted,
 		    unsigned long max_blocks);
 void rocs_pool_drain(struct rocs_pool *pool);
+unsigned long rocs_pool_reclaim(struct rocs_pool *pool, const unsigned long *pollute,
+				unsigned long freed);
 struct page *rocs_pool_take(struct rocs_pool *pool, const unsigned long *wanted,
 			    unsigned int *cursor);
 
