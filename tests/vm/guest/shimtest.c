@@ -372,12 +372,20 @@ static long pollute_held(void)
 
 /*
  * A Restore frees the pollute-colour frames its pages leave, and Linux hands out the
- * frames freed last first (the per-cpu free lists): without the shim taking them back,
- * the next pages the target touches land on the pollute colours. Confine RECLAIM_PAGES
- * pages of this process, restore them, touch as many new pages: about 2 of 16 of them
- * may be on the pollute colours by chance, not most of them. The stash is PREFILLed and
- * full, as rocsd keeps it, and caller and target share one CPU (the worst case: they
- * share its free lists).
+ * frames freed last first (the per-cpu free lists, one per pageblock migratetype): without
+ * the shim taking them back they become the next pages allocated on that CPU. Confine
+ * RECLAIM_PAGES pages of this process, restore them, touch as many new pages: the stash
+ * must have taken the freed frames back, and the new pages may be on the pollute colours
+ * only by chance (about 2 of 16), not most of them. The stash is PREFILLed and full, as
+ * rocsd keeps it, and caller and target share one CPU (they share its free lists).
+ *
+ * In this freshly booted guest the stash's frames come from unmovable pageblocks, so the
+ * freed frames go to the unmovable list (the kernel's own next page tables and slabs)
+ * and the target's faults, which take from the movable one, miss them even without the
+ * reclaim: what fails without it here is the stash check (seen: 8186 pollute frames held
+ * before the Restore and after). Frames the stash took from movable pageblocks (where
+ * unmovable allocations fall back when memory is fragmented) go to the movable list,
+ * and there the target's next faults get them.
  */
 #define RECLAIM_PAGES 1024
 #define RECLAIM_SEED 0x5eed0005ULL
