@@ -13,8 +13,9 @@
  * Frames of one NUMA node sorted by colour (one pool per node, so that a page changes
  * colour without changing node). The stash keeps at most per_colour_limit frames of each colour
  * so that a request for a colour is usually served without touching the page allocator;
- * the frames that do not fit are given back at once. All fields are protected by the
- * module's mutex.
+ * the frames that do not fit are given back at once. Only the frames a Restore frees and
+ * takes back (rocs_pool_reclaim) may go over their colour's limit, never over @limit in
+ * total. All fields are protected by the module's mutex.
  */
 struct rocs_pool {
 	int nid;			/* the node all frames come from */
@@ -44,6 +45,8 @@ void rocs_pool_init(struct rocs_pool *pool, int nid, unsigned int colours, unsig
 bool rocs_pool_fill(struct rocs_pool *pool, const unsigned long *wanted,
 		    unsigned long max_blocks);
 void rocs_pool_drain(struct rocs_pool *pool);
+unsigned long rocs_pool_reclaim(struct rocs_pool *pool, const unsigned long *pollute,
+				unsigned long freed);
 struct page *rocs_pool_take(struct rocs_pool *pool, const unsigned long *wanted,
 			    unsigned int *cursor);
 

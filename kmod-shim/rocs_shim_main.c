@@ -239,10 +239,39 @@ struct rocs_call {
 	bool to_pollute;
 	unsigned int cursor;
 	u64 moved;
+	/* Restore: the node of each page that left a pollute frame in this run, else -1. */
+	int freed_nid[ROCS_BATCH];
 	unsigned long src[ROCS_BATCH];
 	unsigned long dst[ROCS_BATCH];
 	s32 result[ROCS_BATCH];
 };
+
+/*
+ * After a Restore run: take the pollute frames it freed back into their node's stash
+ * (rocs_pool_reclaim says how and why), node by node.
+ */
+static void rocs_reclaim_run(struct rocs_call *call, unsigned int npages)
+{
+	unsigned int k, j;
+
+	for (k = 0; k < npages; k++) {
+		int nid = call->freed_nid[k];
+		unsigned long freed = 0, kept;
+
+		if (nid < 0)
+			continue;
+		for (j = k; j < npages; j++) {
+			if (call->freed_nid[j] == nid) {
+				call->freed_nid[j] = -1;
+				freed++;
+			}
+		}
+		kept = rocs_pool_reclaim(&rocs_pools[nid], rocs_pollute, freed);
+		/* STATS has no field for it (ABI version 1); dynamic debug shows it. */
+		pr_debug("rocs_shim: node %d: a Restore freed %lu pollute frames, %lu taken back\n",
+			 nid, freed, kept);
+	}
+}
 
 /* Move the pages of [start, start + npages) in @vma; result[k] for page k. */
 static void rocs_migrate_run(struct rocs_call *call, struct vm_area_struct *vma,
@@ -313,15 +342,19 @@ static void rocs_migrate_run(struct rocs_call *call, struct vm_area_struct *vma,
 	for (k = 0; k < npages; k++) {
 		struct page *frame = migrate_pfn_to_page(call->dst[k]);
 
+		call->freed_nid[k] = -1;
 		if (!frame)
 			continue;
 		if (call->src[k] & MIGRATE_PFN_MIGRATE) {
 			call->result[k] = rocs_colour(rocs_ncolours, frame);
 			call->moved++;
-			if (call->to_pollute)
+			if (call->to_pollute) {
 				rocs_stats.migrated_pollute++;
-			else
+			} else {
 				rocs_stats.migrated_restore++;
+				/* Its old frame, of a pollute colour, is freed by finalize. */
+				call->freed_nid[k] = page_to_nid(migrate_pfn_to_page(call->src[k]));
+			}
 		} else {
 			/* migrate_vma_finalize gives the unused frame back to the allocator. */
 			call->result[k] = rocs_fail(ROCS_SHIM_FAIL_BUSY);
@@ -329,6 +362,8 @@ static void rocs_migrate_run(struct rocs_call *call, struct vm_area_struct *vma,
 	}
 
 	migrate_vma_finalize(&args);
+	if (!call->to_pollute)
+		rocs_reclaim_run(call, npages);
 }
 
 /* The page mapped at @addr of @mm, with a reference, without faulting it in. */

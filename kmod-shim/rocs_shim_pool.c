@@ -83,15 +83,25 @@ void rocs_pool_drain(struct rocs_pool *pool)
 	pool->held = 0;
 }
 
-/* Keep a frame we own (refcount 1, not on any list) if its colour has room, else free it. */
+static void rocs_pool_keep(struct rocs_pool *pool, struct page *page)
+{
+	unsigned int c = rocs_colour_of(pool, page);
+
+	list_add(&page->lru, &pool->frames[c]);
+	pool->count[c]++;
+	pool->held++;
+}
+
+/*
+ * Keep a frame we own (refcount 1, not on any list) if its colour has room, else free it.
+ * The total check matters after a reclaim has put a colour over its share.
+ */
 static void rocs_pool_put(struct rocs_pool *pool, struct page *page)
 {
 	unsigned int c = rocs_colour_of(pool, page);
 
-	if (pool->count[c] < pool->limit_of[c]) {
-		list_add(&page->lru, &pool->frames[c]);
-		pool->count[c]++;
-		pool->held++;
+	if (pool->count[c] < pool->limit_of[c] && pool->held < pool->limit) {
+		rocs_pool_keep(pool, page);
 	} else {
 		__free_page(page);
 		pool->released++;
@@ -177,7 +187,8 @@ bool rocs_pool_fill(struct rocs_pool *pool, const unsigned long *wanted,
 	unsigned int c, i;
 
 	for_each_set_bit(c, wanted, pool->colours)
-		missing = max(missing, pool->limit_of[c] - pool->count[c]);
+		if (pool->count[c] < pool->limit_of[c])
+			missing = max(missing, pool->limit_of[c] - pool->count[c]);
 	for (blocks = 0; blocks < missing; blocks++) {
 		struct page *block;
 
@@ -194,4 +205,78 @@ bool rocs_pool_fill(struct rocs_pool *pool, const unsigned long *wanted,
 		cond_resched();
 	}
 	return false;
+}
+
+/* Frames a reclaim sweep takes beyond those it expects, and the run of frames of other
+ * colours after which it stops: frees by others may come between ours. */
+#define ROCS_RECLAIM_SLACK 16
+
+/* A frame the stash may keep from a sweep: not one that must stay movable. */
+static bool rocs_reclaimable(struct page *frame)
+{
+	return page_zonenum(frame) != ZONE_MOVABLE;
+}
+
+/*
+ * Take back into the stash the @freed frames of the colours in @pollute that
+ * migrate_vma_finalize has just freed on this node, so that they do not become the next
+ * ordinary pages of the target (or of anyone) on this CPU.
+ *
+ * Why this way: the kernel frees a migrated page's old frame itself (it goes back through
+ * the LRU, which may still look at it, so holding a reference across finalize to keep it
+ * would not be safe), into this CPU's per-cpu free list of its pageblock's migratetype.
+ * Those lists hand out the frame freed last first, so the first order-0 frames allocated
+ * here are the ones just freed. Sound because it only allocates and frees frames through
+ * the page allocator and owns what it keeps (refcount 1); whether the allocator hands out
+ * exactly those frames decides only how well it works, never correctness.
+ *
+ * A sweep takes frames from the unmovable list (where frames the stash handed out go back
+ * when their pageblock is unmovable), then, when some are still missing, from the movable
+ * one (their pageblock was movable: the list the target's own page faults take from).
+ * Frames of pollute colours are kept while the node's stash holds fewer than pool_limit
+ * frames, even above their colour's share (they were the target's pages a moment ago);
+ * frames of other colours are held until the sweep ends, then freed. It stops after
+ * @freed + 2 * ROCS_RECLAIM_SLACK frames, or after ROCS_RECLAIM_SLACK frames in a row of
+ * other colours. Never reclaims or compacts, never fails: returns the frames kept.
+ */
+unsigned long rocs_pool_reclaim(struct rocs_pool *pool, const unsigned long *pollute,
+				unsigned long freed)
+{
+	static const gfp_t lists[] = {
+		ROCS_GFP_BLOCK,
+#ifndef CONFIG_CMA
+		/* With CMA, a movable allocation may return a CMA frame, and telling one takes
+		 * symbols 6.1 does not export: no movable sweep there. */
+		ROCS_GFP_BLOCK | __GFP_MOVABLE,
+#endif
+	};
+	unsigned long budget = freed + 2 * ROCS_RECLAIM_SLACK, kept = 0;
+	struct page *frame, *next;
+	LIST_HEAD(others);
+	unsigned int i, run;
+
+	for (i = 0; i < ARRAY_SIZE(lists) && kept < freed; i++) {
+		for (run = 0; budget && run < ROCS_RECLAIM_SLACK && pool->held < pool->limit;
+		     budget--) {
+			frame = alloc_pages_node(pool->nid, lists[i], 0);
+			if (!frame)
+				break;
+			pool->allocated++;
+			if (test_bit(rocs_colour_of(pool, frame), pollute) && rocs_reclaimable(frame)) {
+				rocs_pool_keep(pool, frame);
+				kept++;
+				run = 0;
+			} else {
+				/* Not freed yet: the allocator would hand it straight back. */
+				list_add(&frame->lru, &others);
+				run++;
+			}
+		}
+	}
+	list_for_each_entry_safe(frame, next, &others, lru) {
+		list_del(&frame->lru);
+		__free_page(frame);
+		pool->released++;
+	}
+	return kept;
 }

@@ -69,7 +69,8 @@ struct rocs_shim_info {
  * CONFIGURE: the colour geometry (from the LLC), the pollute colours, the stash bound.
  * A page moves to a frame of its own NUMA node; each node has its own stash of at most
  * pool_limit frames, half of it shared by the pollute colours, half by the others, and
- * never more than a quarter of the node's frames of any colour.
+ * never more than a quarter of the node's frames of any colour; the pollute frames a
+ * Restore frees are taken back even above that, within pool_limit.
  */
 struct rocs_shim_config {
 	__u32 colours;   /* power of two, 2..ROCS_SHIM_MAX_COLOURS */
@@ -96,8 +97,9 @@ struct rocs_shim_stats {
 	__u64 migrated_restore;   /* pages moved off pollute colours */
 	__u64 already_placed;     /* pages that were already on a wanted colour */
 	__u64 failures[ROCS_SHIM_FAIL_NR]; /* pages that did not move, by reason */
-	__u64 frames_allocated;   /* frames taken from the page allocator */
-	__u64 frames_released;    /* stash frames given back to the page allocator */
+	__u64 frames_allocated;   /* frames taken from the page allocator (by Restore's
+				   * reclaim sweep too: see kmod-shim/README.md) */
+	__u64 frames_released;    /* frames taken and given back to the page allocator */
 	__u64 pool_frames;        /* frames the stash holds now (all nodes) */
 	__u32 colours;            /* entries of held_by_colour in use */
 	__u32 reserved;           /* 0 */
