@@ -34,5 +34,5 @@ pub use profile::{PageCounts, PageProfile};
 pub use regions::{build_stack, Region, RegionParams, StackBuild};
 pub use sample::{Colour, DataSource, Errno, MemSample, Pid, Placement, VirtPage};
 pub use sampling::next_period;
-pub use search::{Measurements, Next, Search};
+pub use search::{Measured, Measurements, Next, Search};
 pub use stack::{MissRateStack, StackEntry};

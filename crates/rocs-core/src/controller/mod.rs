@@ -64,6 +64,9 @@ enum Stage {
         windows: u32,
         /// Pages in the profile at the end of the previous profile window.
         pages_seen: usize,
+        /// The IPC of each profile window in which the target ran, by window number: how
+        /// much the target's IPC drifts on its own, with no page moved.
+        ipcs: Vec<(u64, f64)>,
     },
     Search(SearchRun),
     Steady {
@@ -313,7 +316,7 @@ impl Controller {
         }
         match self.stage.state() {
             State::Observe if ran => self.observe_window(&delta, context.turn, out),
-            State::Profile => self.profile_window(&context, out),
+            State::Profile => self.profile_window(&delta, ran, &context, out),
             State::Search => self.search_window(&delta, ran, context.group_score, out),
             State::Steady if ran => self.steady_window(&delta, context.turn, out),
             State::Paused => {
@@ -360,15 +363,25 @@ impl Controller {
         }
     }
 
-    fn profile_window(&mut self, context: &WindowContext, out: &mut Vec<Action>) {
+    fn profile_window(
+        &mut self,
+        delta: &CounterDelta,
+        ran: bool,
+        context: &WindowContext,
+        out: &mut Vec<Action>,
+    ) {
         let Stage::Profile {
             windows,
             pages_seen,
+            ipcs,
         } = &mut self.stage
         else {
             return;
         };
         *windows += 1;
+        if ran {
+            ipcs.push((self.stats.windows, delta.ipc()));
+        }
         // A profile lasts at least `profile_windows`, and goes on (up to
         // `profile_max_windows`) while each window still finds many new pages: a sweep over
         // a large array reaches its pages one window after another.
@@ -445,6 +458,7 @@ impl Controller {
         let profile = Stage::Profile {
             windows: 0,
             pages_seen: 0,
+            ipcs: Vec::new(),
         };
         self.transition(profile, reason, out);
         self.sampling = true;

@@ -121,6 +121,9 @@ impl Controller {
             return;
         }
         let mut search = Search::new(&self.knobs, n, self.build.stack.boundaries());
+        if let Stage::Profile { ipcs, .. } = &self.stage {
+            search.drift_before(ipcs);
+        }
         if scored {
             search.judged_by_group();
         }
@@ -225,7 +228,7 @@ impl Controller {
                         .spent(delta.cycles as f64 * (1.0 - value / base));
                 }
             }
-            s.record(k, value);
+            s.record_at(self.stats.windows, k, value);
         }
         let step = EventKind::SearchStep {
             k,

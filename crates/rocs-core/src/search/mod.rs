@@ -10,6 +10,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::knobs::{Knobs, SearchMode};
 
+mod adaptive;
+
+use adaptive::AdaptiveSearch;
+
 /// What the search wants next.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Next {
@@ -23,11 +27,30 @@ pub enum Next {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Measurements {
     by_k: BTreeMap<usize, Vec<f64>>,
+    /// Every window in the order measured.
+    #[serde(default)]
+    log: Vec<Measured>,
+}
+
+/// One measured window: when, at which `k`, and its IPC.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Measured {
+    /// The window's number (any clock that counts windows, settle windows included).
+    pub at: u64,
+    pub k: usize,
+    pub ipc: f64,
 }
 
 impl Measurements {
-    pub fn record(&mut self, k: usize, ipc: f64) {
+    /// One window's IPC at `k`; `at` numbers the window (windows not measured count too).
+    pub fn record(&mut self, at: u64, k: usize, ipc: f64) {
         self.by_k.entry(k).or_default().push(ipc);
+        self.log.push(Measured { at, k, ipc });
+    }
+
+    /// Every window in the order measured.
+    pub fn in_order(&self) -> &[Measured] {
+        &self.log
     }
 
     /// Windows measured at `k`.
@@ -117,327 +140,6 @@ impl LinearSearch {
     }
 }
 
-/// Adaptive search: k = 0 always competes. A coarse pass measures the region boundaries of
-/// the stack in order (IPC(k) bends where the miss-rate class changes, and is close to
-/// linear inside a region of uniform pages), or doubling `k` when the stack has no clear
-/// regions, until IPC falls significantly past its best. Golden-section refinement then
-/// narrows the bracket around the best point. Comparisons within the measured noise are
-/// repeated; the result must beat k = 0 by more than the noise.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct AdaptiveSearch {
-    n: usize,
-    max_repeats: usize,
-    noise_floor: f64,
-    /// Stack positions where the miss rate changes (region boundaries); probes snap to them.
-    boundaries: Vec<usize>,
-    /// Coarse points, in the order they are measured.
-    coarse: Vec<usize>,
-    /// The coarse points are region boundaries: refinement stops after two probes in a row
-    /// fail to beat the best (the curve is close to linear between boundaries).
-    by_regions: bool,
-    /// Bracket width at which refinement stops.
-    tolerance: usize,
-    /// The search is judged by an LLC group's score ([`Search::judged_by_group`]): a coarse
-    /// point that looks past the peak on one window is measured again (and so is the best)
-    /// before the coarse pass stops, and two candidates measured more than once are
-    /// compared by their own spreads rather than the pooled one.
-    #[serde(default)]
-    judged_by_group: bool,
-    stage: Stage,
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-enum Stage {
-    /// A phase seen before: measure its remembered `k` first, and keep it if it measures
-    /// at least `accept_above`.
-    Recall {
-        k: usize,
-        accept_above: f64,
-    },
-    Baseline,
-    Coarse {
-        i: usize,
-    },
-    Refine {
-        a: usize,
-        x: usize,
-        b: usize,
-        misses: u8,
-    },
-    Confirm,
-}
-
-/// Golden-section ratio: the probe goes this far into the larger side of the bracket.
-const GOLDEN: f64 = 0.381_966;
-
-/// Most region boundaries the coarse pass measures; more regions than this and doubling
-/// is cheaper.
-const MAX_COARSE_BOUNDARIES: usize = 8;
-
-impl AdaptiveSearch {
-    pub fn new(n: usize, max_repeats: usize, noise_floor: f64, boundaries: Vec<usize>) -> Self {
-        // Boundaries that split off at least 1/32 of the stack; closer ones are noise.
-        let min_gap = n.div_ceil(32).max(1);
-        let mut significant: Vec<usize> = Vec::new();
-        for &b in boundaries.iter().filter(|&&b| b > 0 && b < n) {
-            let prev = significant.last().copied().unwrap_or(0);
-            if b - prev >= min_gap && n - b >= min_gap {
-                significant.push(b);
-            }
-        }
-        let by_regions = !significant.is_empty() && significant.len() <= MAX_COARSE_BOUNDARIES;
-        let coarse = if by_regions {
-            significant.push(n);
-            significant
-        } else {
-            let mut v = Vec::new();
-            let mut k = n.div_ceil(8).max(1);
-            while k < n {
-                v.push(k);
-                k *= 2;
-            }
-            v.push(n);
-            v
-        };
-        AdaptiveSearch {
-            n,
-            max_repeats: max_repeats.max(1),
-            noise_floor,
-            boundaries,
-            coarse,
-            by_regions,
-            tolerance: n.div_ceil(16).max(1),
-            judged_by_group: false,
-            stage: Stage::Baseline,
-        }
-    }
-
-    /// The smallest IPC difference between `k1` and `k2` that is not noise: about two
-    /// standard errors of the difference of their means (wider while the noise estimate
-    /// rests on few windows), and never below the floor.
-    fn margin(&self, m: &Measurements, k1: usize, k2: usize) -> f64 {
-        let level = m.mean(k1).unwrap_or(0.0).max(m.mean(k2).unwrap_or(0.0));
-        let floor = self.noise_floor * level;
-        if self.judged_by_group {
-            if let (Some(v1), Some(v2)) = (m.variance(k1), m.variance(k2)) {
-                let (n1, n2) = (m.count(k1) as f64, m.count(k2) as f64);
-                let z = 2.0 + 4.0 / (n1 + n2 - 2.0);
-                return (z * (v1 / n1 + v2 / n2).sqrt()).max(floor);
-            }
-        }
-        match m.noise() {
-            Some((sigma, dof)) => {
-                let z = 2.0 + 4.0 / dof as f64;
-                let n1 = m.count(k1).max(1) as f64;
-                let n2 = m.count(k2).max(1) as f64;
-                (z * sigma * (1.0 / n1 + 1.0 / n2).sqrt()).max(floor)
-            }
-            None => floor,
-        }
-    }
-
-    /// A probe inside (lo, hi) near `u`: a region boundary if one lies within a quarter
-    /// of the interval, because IPC(k) bends where the miss-rate class changes.
-    fn snap(&self, u: usize, lo: usize, hi: usize) -> usize {
-        let reach = (hi - lo) / 4;
-        self.boundaries
-            .iter()
-            .copied()
-            .filter(|&b| b > lo && b < hi && b.abs_diff(u) <= reach)
-            .min_by_key(|&b| b.abs_diff(u))
-            .unwrap_or(u)
-    }
-
-    /// When two candidates are within noise of each other, the one with fewer windows is
-    /// measured again, while `limit` (and the repeat knob) allows.
-    fn repeat_if_close(
-        &self,
-        m: &Measurements,
-        k1: usize,
-        k2: usize,
-        limit: usize,
-    ) -> Option<usize> {
-        let (m1, m2) = (m.mean(k1)?, m.mean(k2)?);
-        if (m1 - m2).abs() >= self.margin(m, k1, k2) {
-            return None;
-        }
-        let (c1, c2) = (m.count(k1), m.count(k2));
-        let k = if c1 <= c2 { k1 } else { k2 };
-        (m.count(k) < limit.min(self.max_repeats)).then_some(k)
-    }
-
-    fn next(&mut self, m: &Measurements) -> Next {
-        if self.n == 0 {
-            return Next::Done(0);
-        }
-        // Each stage either asks for a window or moves on; bounded because every stage
-        // change advances the coarse pass, narrows the bracket, or ends the search.
-        loop {
-            let flow = match self.stage.clone() {
-                Stage::Recall { k, accept_above } => {
-                    if m.count(k) == 0 {
-                        return Next::Measure(k);
-                    }
-                    if m.mean(k).expect("measured") >= accept_above {
-                        return Next::Done(k);
-                    }
-                    // The phase is not what it was: search it afresh (this window counts).
-                    Flow::Go(Stage::Baseline)
-                }
-                Stage::Baseline => {
-                    if m.count(0) < 2 {
-                        return Next::Measure(0);
-                    }
-                    Flow::Go(Stage::Coarse { i: 0 })
-                }
-                Stage::Coarse { i } => self.coarse(m, i),
-                Stage::Refine { a, x, b, misses } => self.refine(m, a, x, b, misses),
-                Stage::Confirm => return self.confirm(m),
-            };
-            match flow {
-                Flow::Ask(next) => return next,
-                Flow::Go(stage) => self.stage = stage,
-            }
-        }
-    }
-
-    /// The coarse pass at its `i`-th point.
-    fn coarse(&self, m: &Measurements, i: usize) -> Flow {
-        let k = self.coarse[i];
-        if m.count(k) == 0 {
-            return Flow::Ask(Next::Measure(k));
-        }
-        let (best, best_ipc) = m.best().expect("k = 0 was measured");
-        let ipc = m.mean(k).expect("measured");
-        let past_peak = best != k && ipc < best_ipc - self.margin(m, k, best);
-        if past_peak && self.judged_by_group && self.max_repeats >= 2 {
-            if let Some(again) = [k, best].into_iter().find(|&x| m.count(x) < 2) {
-                return Flow::Ask(Next::Measure(again));
-            }
-        }
-        // Below k = 0 and still falling: however noisy the windows, nothing
-        // so far hints at a gain further on, and each larger probe moves more
-        // pages (on a machine where confining also squeezes a physically
-        // indexed L2, the probes cost more than any gain could repay). A search
-        // judged by an LLC group too: where the others gain, their gain shows as
-        // soon as part of the polluter is confined (noisy-neighbour on ppc970fx
-        // rises from the first coarse point); where they cannot, the probes
-        // only move pages (on xeon-like, 0.927 -> 0.980).
-        let falling = i > 0
-            && ipc < m.mean(0).expect("measured")
-            && ipc < m.mean(self.coarse[i - 1]).expect("measured");
-        if past_peak || falling || i + 1 == self.coarse.len() {
-            // Nothing in the coarse pass beats k = 0 beyond noise: refining
-            // would only spend windows at worse placements. Confirm instead.
-            let base = m.mean(0).expect("measured");
-            // Judged by a group, the gain is the other tenants': it comes when
-            // a polluter is (almost) wholly confined, and measuring placements
-            // between coarse points costs more than it can find.
-            if best == 0 || best_ipc - base <= self.margin(m, best, 0) || self.judged_by_group {
-                return Flow::Go(Stage::Confirm);
-            }
-            // Bracket the best point by its measured neighbours.
-            let ks: Vec<usize> = m.iter().map(|(k, _, _)| k).collect();
-            let j = ks
-                .iter()
-                .position(|&x| x == best)
-                .expect("best is measured");
-            let a = if j == 0 { 0 } else { ks[j - 1] };
-            let b = ks.get(j + 1).copied().unwrap_or(self.n);
-            Flow::Go(Stage::Refine {
-                a,
-                x: best,
-                b,
-                misses: 0,
-            })
-        } else {
-            Flow::Go(Stage::Coarse { i: i + 1 })
-        }
-    }
-
-    /// Golden-section refinement of the bracket (a, b) around the best point `x`.
-    fn refine(&self, m: &Measurements, a: usize, x: usize, b: usize, misses: u8) -> Flow {
-        if b - a <= self.tolerance || (self.by_regions && misses >= 2) {
-            return Flow::Go(Stage::Confirm);
-        }
-        // Flat top: both ends measured and within noise of the middle.
-        let flat = [a, b].iter().all(|&e| {
-            e == x
-                || m.mean(e)
-                    .is_some_and(|f| (f - m.mean(x).unwrap_or(f)).abs() < self.margin(m, e, x))
-        });
-        if flat && m.count(a) > 0 && m.count(b) > 0 {
-            return Flow::Go(Stage::Confirm);
-        }
-        let (lo, hi) = if x - a >= b - x { (a, x) } else { (x, b) };
-        let raw = if lo == a {
-            x - ((x - a) as f64 * GOLDEN).round() as usize
-        } else {
-            x + ((b - x) as f64 * GOLDEN).round() as usize
-        };
-        let u = self.snap(raw, lo, hi);
-        if u == a || u == b || u == x {
-            return Flow::Go(Stage::Confirm);
-        }
-        if m.count(u) == 0 {
-            return Flow::Ask(Next::Measure(u));
-        }
-        // While refining, one repeat settles the direction well enough: both
-        // sides are within noise of each other anyway.
-        if let Some(k) = self.repeat_if_close(m, u, x, 2) {
-            return Flow::Ask(Next::Measure(k));
-        }
-        let (fu, fx) = (m.mean(u).expect("measured"), m.mean(x).expect("measured"));
-        let misses = if fu > fx { 0 } else { misses + 1 };
-        Flow::Go(match (fu > fx, u > x) {
-            (true, true) => Stage::Refine {
-                a: x,
-                x: u,
-                b,
-                misses,
-            },
-            (true, false) => Stage::Refine {
-                a,
-                x: u,
-                b: x,
-                misses,
-            },
-            (false, true) => Stage::Refine { a, x, b: u, misses },
-            (false, false) => Stage::Refine { a: u, x, b, misses },
-        })
-    }
-
-    /// The search's last word: the best point if it beats k = 0 beyond noise, else k = 0.
-    fn confirm(&self, m: &Measurements) -> Next {
-        let (best, best_ipc) = m.best().expect("k = 0 was measured");
-        if best == 0 {
-            return Next::Done(0);
-        }
-        let base = m.mean(0).expect("measured");
-        if best_ipc - base > self.margin(m, best, 0) {
-            // The winner of many noisy windows is flattered by noise; measure
-            // it once more before trusting it, then decide.
-            if m.count(best) < 2 && self.max_repeats >= 2 {
-                return Next::Measure(best);
-            }
-            return Next::Done(best);
-        }
-        let k = if m.count(best) <= m.count(0) { best } else { 0 };
-        if m.count(k) < self.max_repeats {
-            return Next::Measure(k);
-        }
-        // Never worse than not running: a gain within noise is no gain.
-        Next::Done(0)
-    }
-}
-
-/// What a stage of the adaptive search does next: ask for a window (or end), or hand over
-/// to another stage.
-enum Flow {
-    Ask(Next),
-    Go(Stage),
-}
-
 /// A search in progress, in either mode, with its measurements.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Search {
@@ -495,7 +197,7 @@ impl Search {
     /// where the sweep was, a noise that the repeats at `k = 0` do not show.
     pub fn judged_by_group(&mut self) {
         if let Some(a) = self.adaptive.as_mut() {
-            a.judged_by_group = true;
+            a.judge_by_group();
         }
     }
 
@@ -506,9 +208,16 @@ impl Search {
     /// search only: linear search is Algorithm 1 as the paper has it.
     pub fn recall(&mut self, k: usize, accept_above: f64) {
         if let Some(a) = self.adaptive.as_mut() {
-            if k > 0 && k <= a.n {
-                a.stage = Stage::Recall { k, accept_above };
-            }
+            a.recall(k, accept_above);
+        }
+    }
+
+    /// The target's IPC in windows before the search, by window number, with no page
+    /// moved (its profile): how fast IPC drifts on its own says whether a gain measured
+    /// across time must be verified in balanced blocks. Adaptive search only.
+    pub fn drift_before(&mut self, windows: &[(u64, f64)]) {
+        if let Some(a) = self.adaptive.as_mut() {
+            a.drift_before(windows);
         }
     }
 
@@ -521,9 +230,18 @@ impl Search {
         }
     }
 
-    /// One window's IPC with the top `k` pages confined.
+    /// One window's IPC with the top `k` pages confined. Windows are taken to follow one
+    /// another without a gap; see [`Search::record_at`].
     pub fn record(&mut self, k: usize, ipc: f64) {
-        self.measurements.record(k, ipc);
+        let at = self.measurements.log.last().map_or(0, |m| m.at + 1);
+        self.measurements.record(at, k, ipc);
+    }
+
+    /// One window's IPC with the top `k` pages confined, measured in window number `at`
+    /// (the windows after a move that are not measured count, so that a drift of IPC in
+    /// time can be told from the effect of `k`).
+    pub fn record_at(&mut self, at: u64, k: usize, ipc: f64) {
+        self.measurements.record(at, k, ipc);
     }
 
     pub fn measurements(&self) -> &Measurements {
@@ -535,18 +253,41 @@ impl Search {
 mod tests {
     use super::*;
 
-    fn run(mut s: Search, f: impl Fn(usize) -> f64) -> (usize, usize) {
+    fn run(s: Search, f: impl Fn(usize) -> f64) -> (usize, usize) {
+        run_in_time(s, |k, _| f(k))
+    }
+
+    /// A search against IPC that depends on `k` and on the window's place in time.
+    fn run_in_time(mut s: Search, f: impl Fn(usize, usize) -> f64) -> (usize, usize) {
         let mut windows = 0;
         loop {
             match s.next_step() {
                 Next::Measure(k) => {
-                    windows += 1;
                     assert!(windows < 1000, "search does not end");
-                    s.record(k, f(k));
+                    s.record(k, f(k, windows));
+                    windows += 1;
                 }
                 Next::Done(k) => return (k, windows),
             }
         }
+    }
+
+    #[test]
+    fn a_drift_in_time_is_not_taken_for_a_gain_and_a_gain_is_kept_despite_one() {
+        // A program warming up: IPC rises 5% a window whatever is confined. The coarse
+        // pass measures growing k one after another and sees the largest win; the balanced
+        // blocks see no gain.
+        let knobs = Knobs::default();
+        let warming = |_k: usize, t: usize| 0.5 * (1.0 + 0.05 * t as f64);
+        let (k, _) = run_in_time(Search::new(&knobs, 1000, vec![]), warming);
+        assert_eq!(k, 0);
+        // Falling just as fast, with a real 30% gain for the top 600 pages: kept.
+        let gain = |k: usize, t: usize| {
+            let g = if (500..=700).contains(&k) { 1.3 } else { 1.0 };
+            g * (1.0 - 0.02 * t as f64)
+        };
+        let (k, _) = run_in_time(Search::new(&knobs, 1000, vec![600]), gain);
+        assert_eq!(k, 600);
     }
 
     #[test]

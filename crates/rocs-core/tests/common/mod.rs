@@ -56,6 +56,10 @@ pub struct World {
     /// Pages whose migration fails with EBUSY.
     pub unmovable: HashSet<u64>,
     pub confined: HashSet<u64>,
+    /// IPC grows by this share of the base IPC each window, whatever is confined (a
+    /// program warming up).
+    pub warming: f64,
+    pub windows: u64,
 }
 
 impl World {
@@ -70,6 +74,8 @@ impl World {
             samples_per_window: 4000,
             unmovable: HashSet::new(),
             confined: HashSet::new(),
+            warming: 0.0,
+            windows: 0,
         }
     }
 
@@ -119,7 +125,9 @@ impl World {
     }
 
     pub fn window(&mut self) -> CounterDelta {
-        let ipc = self.true_ipc() * (1.0 + self.noise * self.rng.gauss());
+        let drift = 1.0 + self.warming * self.windows as f64;
+        self.windows += 1;
+        let ipc = self.true_ipc() * drift * (1.0 + self.noise * self.rng.gauss());
         let cycles = 1_000_000_000u64;
         let instructions = (ipc * cycles as f64) as u64;
         let llc_misses = (self.mpki * instructions as f64 / 1000.0) as u64;

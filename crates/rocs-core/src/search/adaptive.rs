@@ -1,0 +1,530 @@
+//! Adaptive search: k = 0 always competes, probes follow the stack's regions, and a
+//! choice is kept only if it beats k = 0 in a comparison balanced against time.
+
+use serde::{Deserialize, Serialize};
+
+use super::{Measured, Measurements, Next};
+
+/// Adaptive search: k = 0 always competes. A coarse pass measures the region boundaries of
+/// the stack in order (IPC(k) bends where the miss-rate class changes, and is close to
+/// linear inside a region of uniform pages), or doubling `k` when the stack has no clear
+/// regions, until IPC falls significantly past its best. Golden-section refinement then
+/// narrows the bracket around the best point. Comparisons within the measured noise are
+/// repeated; the result must beat k = 0 by more than the noise, and then again in a
+/// comparison balanced against time (see [`Stage::Verify`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AdaptiveSearch {
+    n: usize,
+    max_repeats: usize,
+    noise_floor: f64,
+    /// Stack positions where the miss rate changes (region boundaries); probes snap to them.
+    boundaries: Vec<usize>,
+    /// Coarse points, in the order they are measured.
+    coarse: Vec<usize>,
+    /// The coarse points are region boundaries: refinement stops after two probes in a row
+    /// fail to beat the best (the curve is close to linear between boundaries).
+    by_regions: bool,
+    /// Bracket width at which refinement stops.
+    tolerance: usize,
+    /// The search is judged by an LLC group's score ([`Search::judged_by_group`]): a coarse
+    /// point that looks past the peak on one window is measured again (and so is the best)
+    /// before the coarse pass stops, and two candidates measured more than once are
+    /// compared by their own spreads rather than the pooled one.
+    #[serde(default)]
+    judged_by_group: bool,
+    /// How fast IPC drifted before the search, per window: the fitted slope's magnitude
+    /// plus two standard errors. `None`: unknown (too few windows), so every gain is
+    /// verified.
+    #[serde(default)]
+    drift_bound: Option<f64>,
+    stage: Stage,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+enum Stage {
+    /// A phase seen before: measure its remembered `k` first, and keep it if it measures
+    /// at least `accept_above`.
+    Recall {
+        k: usize,
+        accept_above: f64,
+    },
+    Baseline,
+    Coarse {
+        i: usize,
+    },
+    Refine {
+        a: usize,
+        x: usize,
+        b: usize,
+        misses: u8,
+    },
+    Confirm,
+    /// The best `k` beat k = 0, but the two were measured at different times, and a
+    /// program's IPC drifts (a warm-up, a request mix that changes): the coarse pass
+    /// measures growing `k` one after another, so a rising IPC looks like a gain of the
+    /// largest `k`. The choice is kept only if it also wins in blocks of windows ordered
+    /// B A A B, then A B B A (B at `k`, A at k = 0), whose means a linear drift moves
+    /// alike. `from`: where the blocks start in the measurement log.
+    Verify {
+        k: usize,
+        from: usize,
+    },
+}
+
+/// The balanced order of a verification's windows: blocks of B A A B and A B B A in turn.
+fn verify_pattern(i: usize) -> bool {
+    const B: bool = true;
+    const A: bool = false;
+    let block = if (i / 4).is_multiple_of(2) {
+        [B, A, A, B]
+    } else {
+        [A, B, B, A]
+    };
+    block[i % 4]
+}
+
+/// Golden-section ratio: the probe goes this far into the larger side of the bracket.
+const GOLDEN: f64 = 0.381_966;
+
+/// Most region boundaries the coarse pass measures; more regions than this and doubling
+/// is cheaper.
+const MAX_COARSE_BOUNDARIES: usize = 8;
+
+impl AdaptiveSearch {
+    pub fn new(n: usize, max_repeats: usize, noise_floor: f64, boundaries: Vec<usize>) -> Self {
+        // Boundaries that split off at least 1/32 of the stack; closer ones are noise.
+        let min_gap = n.div_ceil(32).max(1);
+        let mut significant: Vec<usize> = Vec::new();
+        for &b in boundaries.iter().filter(|&&b| b > 0 && b < n) {
+            let prev = significant.last().copied().unwrap_or(0);
+            if b - prev >= min_gap && n - b >= min_gap {
+                significant.push(b);
+            }
+        }
+        let by_regions = !significant.is_empty() && significant.len() <= MAX_COARSE_BOUNDARIES;
+        let coarse = if by_regions {
+            significant.push(n);
+            significant
+        } else {
+            let mut v = Vec::new();
+            let mut k = n.div_ceil(8).max(1);
+            while k < n {
+                v.push(k);
+                k *= 2;
+            }
+            v.push(n);
+            v
+        };
+        AdaptiveSearch {
+            n,
+            max_repeats: max_repeats.max(1),
+            noise_floor,
+            boundaries,
+            coarse,
+            by_regions,
+            tolerance: n.div_ceil(16).max(1),
+            judged_by_group: false,
+            drift_bound: None,
+            stage: Stage::Baseline,
+        }
+    }
+
+    /// See [`super::Search::judged_by_group`].
+    pub fn judge_by_group(&mut self) {
+        self.judged_by_group = true;
+    }
+
+    /// See [`super::Search::drift_before`].
+    pub fn drift_before(&mut self, windows: &[(u64, f64)]) {
+        // A slope and its error need at least three windows.
+        if windows.len() < 3 {
+            return;
+        }
+        let n = windows.len() as f64;
+        let t_mean = windows.iter().map(|&(t, _)| t as f64).sum::<f64>() / n;
+        let y_mean = windows.iter().map(|&(_, y)| y).sum::<f64>() / n;
+        let stt: f64 = windows
+            .iter()
+            .map(|&(t, _)| (t as f64 - t_mean).powi(2))
+            .sum();
+        if stt == 0.0 {
+            return;
+        }
+        let sty: f64 = windows
+            .iter()
+            .map(|&(t, y)| (t as f64 - t_mean) * (y - y_mean))
+            .sum();
+        let slope = sty / stt;
+        let rss: f64 = windows
+            .iter()
+            .map(|&(t, y)| (y - y_mean - slope * (t as f64 - t_mean)).powi(2))
+            .sum();
+        let se = (rss / (n - 2.0) / stt).sqrt();
+        self.drift_bound = Some(slope.abs() + 2.0 * se);
+    }
+
+    /// See [`super::Search::recall`].
+    pub fn recall(&mut self, k: usize, accept_above: f64) {
+        if k > 0 && k <= self.n {
+            self.stage = Stage::Recall { k, accept_above };
+        }
+    }
+
+    /// The smallest IPC difference between `k1` and `k2` that is not noise: about two
+    /// standard errors of the difference of their means (wider while the noise estimate
+    /// rests on few windows), and never below the floor.
+    fn margin(&self, m: &Measurements, k1: usize, k2: usize) -> f64 {
+        let level = m.mean(k1).unwrap_or(0.0).max(m.mean(k2).unwrap_or(0.0));
+        let floor = self.noise_floor * level;
+        if self.judged_by_group {
+            if let (Some(v1), Some(v2)) = (m.variance(k1), m.variance(k2)) {
+                let (n1, n2) = (m.count(k1) as f64, m.count(k2) as f64);
+                let z = 2.0 + 4.0 / (n1 + n2 - 2.0);
+                return (z * (v1 / n1 + v2 / n2).sqrt()).max(floor);
+            }
+        }
+        match m.noise() {
+            Some((sigma, dof)) => {
+                let z = 2.0 + 4.0 / dof as f64;
+                let n1 = m.count(k1).max(1) as f64;
+                let n2 = m.count(k2).max(1) as f64;
+                (z * sigma * (1.0 / n1 + 1.0 / n2).sqrt()).max(floor)
+            }
+            None => floor,
+        }
+    }
+
+    /// A probe inside (lo, hi) near `u`: a region boundary if one lies within a quarter
+    /// of the interval, because IPC(k) bends where the miss-rate class changes.
+    fn snap(&self, u: usize, lo: usize, hi: usize) -> usize {
+        let reach = (hi - lo) / 4;
+        self.boundaries
+            .iter()
+            .copied()
+            .filter(|&b| b > lo && b < hi && b.abs_diff(u) <= reach)
+            .min_by_key(|&b| b.abs_diff(u))
+            .unwrap_or(u)
+    }
+
+    /// When two candidates are within noise of each other, the one with fewer windows is
+    /// measured again, while `limit` (and the repeat knob) allows.
+    fn repeat_if_close(
+        &self,
+        m: &Measurements,
+        k1: usize,
+        k2: usize,
+        limit: usize,
+    ) -> Option<usize> {
+        let (m1, m2) = (m.mean(k1)?, m.mean(k2)?);
+        if (m1 - m2).abs() >= self.margin(m, k1, k2) {
+            return None;
+        }
+        let (c1, c2) = (m.count(k1), m.count(k2));
+        let k = if c1 <= c2 { k1 } else { k2 };
+        (m.count(k) < limit.min(self.max_repeats)).then_some(k)
+    }
+
+    pub fn next(&mut self, m: &Measurements) -> Next {
+        if self.n == 0 {
+            return Next::Done(0);
+        }
+        // Each stage either asks for a window or moves on; bounded because every stage
+        // change advances the coarse pass, narrows the bracket, or ends the search.
+        loop {
+            let flow = match self.stage.clone() {
+                Stage::Recall { k, accept_above } => {
+                    if m.count(k) == 0 {
+                        return Next::Measure(k);
+                    }
+                    if m.mean(k).expect("measured") >= accept_above {
+                        return Next::Done(k);
+                    }
+                    // The phase is not what it was: search it afresh (this window counts).
+                    Flow::Go(Stage::Baseline)
+                }
+                Stage::Baseline => {
+                    if m.count(0) < 2 {
+                        return Next::Measure(0);
+                    }
+                    Flow::Go(Stage::Coarse { i: 0 })
+                }
+                Stage::Coarse { i } => self.coarse(m, i),
+                Stage::Refine { a, x, b, misses } => self.refine(m, a, x, b, misses),
+                Stage::Confirm => self.confirm(m),
+                Stage::Verify { k, from } => return self.verify(m, k, from),
+            };
+            match flow {
+                Flow::Ask(next) => return next,
+                Flow::Go(stage) => self.stage = stage,
+            }
+        }
+    }
+
+    /// The coarse pass at its `i`-th point.
+    fn coarse(&self, m: &Measurements, i: usize) -> Flow {
+        let k = self.coarse[i];
+        if m.count(k) == 0 {
+            return Flow::Ask(Next::Measure(k));
+        }
+        let (best, best_ipc) = m.best().expect("k = 0 was measured");
+        let ipc = m.mean(k).expect("measured");
+        let past_peak = best != k && ipc < best_ipc - self.margin(m, k, best);
+        if past_peak && self.judged_by_group && self.max_repeats >= 2 {
+            if let Some(again) = [k, best].into_iter().find(|&x| m.count(x) < 2) {
+                return Flow::Ask(Next::Measure(again));
+            }
+        }
+        // Below k = 0 and still falling: however noisy the windows, nothing
+        // so far hints at a gain further on, and each larger probe moves more
+        // pages (on a machine where confining also squeezes a physically
+        // indexed L2, the probes cost more than any gain could repay). A search
+        // judged by an LLC group too: where the others gain, their gain shows as
+        // soon as part of the polluter is confined (noisy-neighbour on ppc970fx
+        // rises from the first coarse point); where they cannot, the probes
+        // only move pages (on xeon-like, 0.927 -> 0.980).
+        let falling = i > 0
+            && ipc < m.mean(0).expect("measured")
+            && ipc < m.mean(self.coarse[i - 1]).expect("measured");
+        if past_peak || falling || i + 1 == self.coarse.len() {
+            // Nothing in the coarse pass beats k = 0 beyond noise: refining
+            // would only spend windows at worse placements. Confirm instead.
+            let base = m.mean(0).expect("measured");
+            // Judged by a group, the gain is the other tenants': it comes when
+            // a polluter is (almost) wholly confined, and measuring placements
+            // between coarse points costs more than it can find.
+            if best == 0 || best_ipc - base <= self.margin(m, best, 0) || self.judged_by_group {
+                return Flow::Go(Stage::Confirm);
+            }
+            // Bracket the best point by its measured neighbours.
+            let ks: Vec<usize> = m.iter().map(|(k, _, _)| k).collect();
+            let j = ks
+                .iter()
+                .position(|&x| x == best)
+                .expect("best is measured");
+            let a = if j == 0 { 0 } else { ks[j - 1] };
+            let b = ks.get(j + 1).copied().unwrap_or(self.n);
+            Flow::Go(Stage::Refine {
+                a,
+                x: best,
+                b,
+                misses: 0,
+            })
+        } else {
+            Flow::Go(Stage::Coarse { i: i + 1 })
+        }
+    }
+
+    /// Golden-section refinement of the bracket (a, b) around the best point `x`.
+    fn refine(&self, m: &Measurements, a: usize, x: usize, b: usize, misses: u8) -> Flow {
+        if b - a <= self.tolerance || (self.by_regions && misses >= 2) {
+            return Flow::Go(Stage::Confirm);
+        }
+        // Flat top: both ends measured and within noise of the middle.
+        let flat = [a, b].iter().all(|&e| {
+            e == x
+                || m.mean(e)
+                    .is_some_and(|f| (f - m.mean(x).unwrap_or(f)).abs() < self.margin(m, e, x))
+        });
+        if flat && m.count(a) > 0 && m.count(b) > 0 {
+            return Flow::Go(Stage::Confirm);
+        }
+        let (lo, hi) = if x - a >= b - x { (a, x) } else { (x, b) };
+        let raw = if lo == a {
+            x - ((x - a) as f64 * GOLDEN).round() as usize
+        } else {
+            x + ((b - x) as f64 * GOLDEN).round() as usize
+        };
+        let u = self.snap(raw, lo, hi);
+        if u == a || u == b || u == x {
+            return Flow::Go(Stage::Confirm);
+        }
+        if m.count(u) == 0 {
+            return Flow::Ask(Next::Measure(u));
+        }
+        // While refining, one repeat settles the direction well enough: both
+        // sides are within noise of each other anyway.
+        if let Some(k) = self.repeat_if_close(m, u, x, 2) {
+            return Flow::Ask(Next::Measure(k));
+        }
+        let (fu, fx) = (m.mean(u).expect("measured"), m.mean(x).expect("measured"));
+        let misses = if fu > fx { 0 } else { misses + 1 };
+        Flow::Go(match (fu > fx, u > x) {
+            (true, true) => Stage::Refine {
+                a: x,
+                x: u,
+                b,
+                misses,
+            },
+            (true, false) => Stage::Refine {
+                a,
+                x: u,
+                b: x,
+                misses,
+            },
+            (false, true) => Stage::Refine { a, x, b: u, misses },
+            (false, false) => Stage::Refine { a: u, x, b, misses },
+        })
+    }
+
+    /// The search's last word on its own measurements: the best point goes on to be
+    /// verified if it beats k = 0 beyond noise, else k = 0.
+    fn confirm(&self, m: &Measurements) -> Flow {
+        let (best, best_ipc) = m.best().expect("k = 0 was measured");
+        if best == 0 {
+            return Flow::Ask(Next::Done(0));
+        }
+        let base = m.mean(0).expect("measured");
+        let margin = self.margin(m, best, 0);
+        if best_ipc - base > margin {
+            // A drift as fast as the one seen before the search, over the time between the
+            // k = 0 windows and `best`'s, could not explain the gain: keep it, after
+            // measuring it once more (the winner of many noisy windows is flattered by
+            // noise).
+            let mean_at = |k: usize| {
+                let at = m
+                    .in_order()
+                    .iter()
+                    .filter(|w| w.k == k)
+                    .map(|w| w.at as f64);
+                at.clone().sum::<f64>() / at.count() as f64
+            };
+            let apart = (mean_at(best) - mean_at(0)).abs();
+            if let Some(bound) = self.drift_bound {
+                if best_ipc - base - margin > bound * apart {
+                    if m.count(best) < 2 && self.max_repeats >= 2 {
+                        return Flow::Ask(Next::Measure(best));
+                    }
+                    return Flow::Ask(Next::Done(best));
+                }
+            }
+            // The last window, if it was at `best`, opens the first block.
+            let log = m.in_order();
+            let from = log.len() - usize::from(log.last().is_some_and(|w| w.k == best));
+            return Flow::Go(Stage::Verify { k: best, from });
+        }
+        let k = if m.count(best) <= m.count(0) { best } else { 0 };
+        if m.count(k) < self.max_repeats {
+            return Flow::Ask(Next::Measure(k));
+        }
+        // Never worse than not running: a gain within noise is no gain.
+        Flow::Ask(Next::Done(0))
+    }
+
+    /// The balanced blocks of [`Stage::Verify`]: after each, keep `k` if it beats k = 0
+    /// beyond noise, give up if it does not beat it at all, or, while the repeat knob
+    /// allows, measure another block.
+    fn verify(&self, m: &Measurements, k: usize, from: usize) -> Next {
+        let log = &m.in_order()[from..];
+        let another = Next::Measure(if verify_pattern(log.len()) { k } else { 0 });
+        if log.is_empty() || !log.len().is_multiple_of(4) {
+            return another;
+        }
+        let blocks = log.len() / 4;
+        // The windows of a block are not evenly spaced (a move's settle windows fall
+        // between them), so the drift is fitted, not assumed to cancel.
+        let Some(fit) = TrendFit::of(log, k) else {
+            return Next::Done(0);
+        };
+        // The fit's own residuals say how noisy a window is once they are enough;
+        // before that, the search's pooled repeats do.
+        let dof = log.len() - 3;
+        let sigma = if dof >= 3 {
+            Some(((fit.rss / dof as f64).sqrt(), dof))
+        } else {
+            m.noise()
+        };
+        let level = log.iter().map(|w| w.ipc).fold(0.0, f64::max);
+        let margin = sigma.map_or(0.0, |(s, dof)| {
+            (2.0 + 4.0 / dof as f64) * s * fit.gain_scale
+        });
+        let margin = margin.max(self.noise_floor * level);
+        if fit.gain > margin {
+            Next::Done(k)
+        } else if fit.gain <= 0.0 || blocks >= self.max_repeats {
+            Next::Done(0)
+        } else {
+            another
+        }
+    }
+}
+
+/// IPC fitted as a line in time plus a gain while `k` is confined: least squares over
+/// the windows of a verification.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct TrendFit {
+    /// IPC at `k` less IPC at k = 0, the drift taken out.
+    gain: f64,
+    /// The gain's standard error is one window's noise times this.
+    gain_scale: f64,
+    /// Residual sum of squares.
+    rss: f64,
+}
+
+impl TrendFit {
+    /// `None` when time and placement cannot be told apart (no window at one of them).
+    fn of(windows: &[Measured], k: usize) -> Option<TrendFit> {
+        let n = windows.len() as f64;
+        let t_mean = windows.iter().map(|w| w.at as f64).sum::<f64>() / n;
+        let rows: Vec<[f64; 3]> = windows
+            .iter()
+            .map(|w| [1.0, w.at as f64 - t_mean, f64::from(u8::from(w.k == k))])
+            .collect();
+        // Normal equations: (X'X) beta = X'y.
+        let mut xtx = [[0.0; 3]; 3];
+        let mut xty = [0.0; 3];
+        for (row, w) in rows.iter().zip(windows) {
+            for i in 0..3 {
+                xty[i] += row[i] * w.ipc;
+                for j in 0..3 {
+                    xtx[i][j] += row[i] * row[j];
+                }
+            }
+        }
+        let inv = invert3(&xtx)?;
+        let beta: Vec<f64> = (0..3)
+            .map(|i| (0..3).map(|j| inv[i][j] * xty[j]).sum())
+            .collect();
+        let rss = rows
+            .iter()
+            .zip(windows)
+            .map(|(row, w)| {
+                let fitted: f64 = (0..3).map(|i| row[i] * beta[i]).sum();
+                (w.ipc - fitted).powi(2)
+            })
+            .sum();
+        Some(TrendFit {
+            gain: beta[2],
+            gain_scale: inv[2][2].max(0.0).sqrt(),
+            rss,
+        })
+    }
+}
+
+/// The inverse of a 3 × 3 matrix, if it is not (nearly) singular.
+fn invert3(a: &[[f64; 3]; 3]) -> Option<[[f64; 3]; 3]> {
+    let cof = |r: usize, c: usize| {
+        let (r1, r2) = ((r + 1) % 3, (r + 2) % 3);
+        let (c1, c2) = ((c + 1) % 3, (c + 2) % 3);
+        a[r1][c1] * a[r2][c2] - a[r1][c2] * a[r2][c1]
+    };
+    let det: f64 = (0..3).map(|c| a[0][c] * cof(0, c)).sum();
+    let scale = a.iter().flatten().map(|x| x.abs()).fold(0.0, f64::max);
+    if det.abs() <= 1e-12 * scale.powi(3) {
+        return None;
+    }
+    let mut inv = [[0.0; 3]; 3];
+    for (r, row) in inv.iter_mut().enumerate() {
+        for (c, x) in row.iter_mut().enumerate() {
+            // The adjugate is the transposed cofactor matrix.
+            *x = cof(c, r) / det;
+        }
+    }
+    Some(inv)
+}
+
+/// What a stage of the adaptive search does next: ask for a window (or end), or hand over
+/// to another stage.
+enum Flow {
+    Ask(Next),
+    Go(Stage),
+}
