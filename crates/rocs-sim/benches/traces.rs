@@ -1,11 +1,16 @@
 //! Trace readers alone, from memory: lackey text lines per second and binary events per
-//! second (criterion's elements = lines or events).
+//! second, one at a time and in the replay's batches (criterion's elements = lines or
+//! events), per second of the benchmark thread's CPU time.
 //!
 //!     cargo bench -p rocs-sim --bench traces
 //!
 //! The text imitates a real lackey trace: runs of instruction fetches a few bytes apart,
 //! loads and stores on a stack and a heap, 8 to 12 hex digits per address.
 
+mod common;
+
+use common::ThreadCpuTime;
+use criterion::measurement::WallTime;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use rocs_sim::{BinaryReader, BinaryWriter, LackeyReader, TraceEvent, TraceKind};
 
@@ -43,7 +48,7 @@ fn lackey_text(events: &[TraceEvent]) -> Vec<u8> {
     t.into_bytes()
 }
 
-fn bench(c: &mut Criterion) {
+fn bench(c: &mut Criterion<ThreadCpuTime>) {
     let events = events();
     let text = lackey_text(&events);
     let mut w = BinaryWriter::new(Vec::new());
@@ -74,8 +79,27 @@ fn bench(c: &mut Criterion) {
             sum
         })
     });
+    group.bench_function("binary-batch", |b| {
+        let mut batch = Vec::with_capacity(4096);
+        b.iter(|| {
+            let mut r = BinaryReader::new(&binary[..]).unwrap();
+            let mut sum = 0u64;
+            loop {
+                batch.clear();
+                r.next_batch(&mut batch, 4096).unwrap();
+                if batch.is_empty() {
+                    break sum;
+                }
+                sum = batch.iter().fold(sum, |s, e| s.wrapping_add(e.addr));
+            }
+        })
+    });
     group.finish();
 }
 
-criterion_group!(benches, bench);
+criterion_group! {
+    name = benches;
+    config = Criterion::default().with_measurement(ThreadCpuTime { wall: WallTime });
+    targets = bench
+}
 criterion_main!(benches);

@@ -12,9 +12,11 @@ pub const MAX_DEGREE: usize = 16;
 const TRAIN_PAGE: u64 = 4096;
 const NO_PAGE: u64 = u64::MAX;
 
+/// Streams are looked up in chunks of this many (see [`first_equal`]).
+const CHUNK: usize = 8;
+
 #[derive(Clone, Copy)]
 struct Stream {
-    page: u64,
     /// Line index within the page of the last access.
     last: i64,
     stride: i64,
@@ -22,14 +24,17 @@ struct Stream {
     run: u32,
     /// Next line index to prefetch.
     next: i64,
-    /// When the stream was last used (for LRU replacement).
-    used: u64,
 }
 
 /// One core's L2 prefetcher.
 #[derive(Clone)]
 pub struct Prefetcher {
     streams: Vec<Stream>,
+    /// The page each stream tracks, and when it was last used (for LRU replacement), apart
+    /// from the rest so that a lookup scans a few cache lines. Padded to a multiple of
+    /// `CHUNK` with entries that never match a page and are never least recently used.
+    pages: Vec<u64>,
+    used: Vec<u64>,
     degree: u32,
     distance: i64,
     train: u32,
@@ -44,15 +49,18 @@ impl Prefetcher {
     /// A prefetcher for lines of `line_size` bytes (validated spec: degree <= MAX_DEGREE).
     pub fn new(spec: &PrefetchSpec, line_size: u64) -> Prefetcher {
         let blank = Stream {
-            page: NO_PAGE,
             last: 0,
             stride: 0,
             run: 0,
             next: 0,
-            used: 0,
         };
+        let padded = spec.streams.next_multiple_of(CHUNK);
+        let mut used = vec![0; spec.streams];
+        used.resize(padded, u64::MAX);
         Prefetcher {
             streams: vec![blank; spec.streams],
+            pages: vec![NO_PAGE; padded],
+            used,
             degree: spec.degree.min(MAX_DEGREE as u32),
             distance: spec.distance as i64,
             train: spec.train,
@@ -69,29 +77,28 @@ impl Prefetcher {
         let page = line >> self.page_lines_shift;
         let at = (line & ((1 << self.page_lines_shift) - 1)) as i64;
         self.tick += 1;
-        let i = if self.streams[self.recent].page == page {
+        let i = if self.pages[self.recent] == page {
             self.recent
-        } else if let Some(i) = self.streams.iter().position(|s| s.page == page) {
+        } else if let Some(i) = first_equal(&self.pages, page) {
             i
         } else {
-            // A new page: replace the least recently used stream.
-            let i = (0..self.streams.len())
-                .min_by_key(|&i| self.streams[i].used)
-                .expect("at least one stream");
+            // A new page: replace the least recently used stream (the first of them).
+            let oldest = *self.used.iter().min().expect("at least one stream");
+            let i = first_equal(&self.used, oldest).expect("the minimum is there");
             self.streams[i] = Stream {
-                page,
                 last: at,
                 stride: 0,
                 run: 1,
                 next: at,
-                used: self.tick,
             };
+            self.pages[i] = page;
+            self.used[i] = self.tick;
             self.recent = i;
             return 0;
         };
         self.recent = i;
+        self.used[i] = self.tick;
         let s = &mut self.streams[i];
-        s.used = self.tick;
         let delta = at - s.last;
         if delta == 0 {
             return 0;
@@ -125,6 +132,23 @@ impl Prefetcher {
         s.next = p;
         n
     }
+}
+
+/// Index of the first of `values` (a multiple of `CHUNK` long) equal to `x`: compared a
+/// chunk at a time into a bit mask, without a branch per value, which the compiler turns
+/// into vector compares.
+#[inline]
+fn first_equal(values: &[u64], x: u64) -> Option<usize> {
+    for (c, chunk) in values.chunks_exact(CHUNK).enumerate() {
+        let mut mask = 0u32;
+        for (j, &v) in chunk.iter().enumerate() {
+            mask |= ((v == x) as u32) << j;
+        }
+        if mask != 0 {
+            return Some(c * CHUNK + mask.trailing_zeros() as usize);
+        }
+    }
+    None
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 use super::hierarchy::{data_ref, instr_ref, modern_fetch, modern_ref, Core, Served, Timing};
 use super::{ProcState, FP};
-use crate::cache::Cache;
+use crate::cache::{Cache, Policy};
 use crate::error::SimError;
 use crate::frames::FrameAllocator;
 use crate::spec::MachineSpec;
@@ -83,6 +83,9 @@ pub(super) struct TraceProc {
     /// spans more than two lines.
     pub(super) max_size: u64,
     pub(super) error: Option<SimError>,
+    /// Let a repeated access to the line its stream touched last skip the hierarchy (see
+    /// [`RecentLines`]); off only in a test that checks it against the full path.
+    skip_repeats: bool,
 }
 
 impl TraceProc {
@@ -160,61 +163,9 @@ impl TraceProc {
             map,
             max_size,
             error: None,
+            skip_repeats: true,
         };
         Ok((proc, name))
-    }
-
-    /// The physical address of `vaddr`; a page touched for the first time gets a frame (and
-    /// its leaf page table one too, if the core has a TLB and the table none yet).
-    #[inline(always)]
-    pub(super) fn translate(
-        &mut self,
-        frames: &mut FrameAllocator,
-        core: &mut Core,
-        vaddr: u64,
-        page_shift: u32,
-    ) -> Result<u64, SimError> {
-        match &self.map {
-            PageMap::Identity => Ok(vaddr),
-            // Most references fall in the page of the one before.
-            PageMap::Table {
-                last: Some((vpn, pfn)),
-                ..
-            } if *vpn == vaddr >> page_shift => {
-                Ok(((*pfn as u64) << page_shift) | (vaddr & ((1 << page_shift) - 1)))
-            }
-            PageMap::Table { .. } => self.translate_slow(frames, core, vaddr, page_shift),
-        }
-    }
-
-    #[inline(never)]
-    fn translate_slow(
-        &mut self,
-        frames: &mut FrameAllocator,
-        core: &mut Core,
-        vaddr: u64,
-        page_shift: u32,
-    ) -> Result<u64, SimError> {
-        let PageMap::Table { pages, last } = &mut self.map else {
-            return Ok(vaddr);
-        };
-        let vpn = vaddr >> page_shift;
-        let off = vaddr & ((1 << page_shift) - 1);
-        let pfn = match pages.get(&vpn) {
-            Some(&p) => p,
-            None => {
-                let out_of_frames =
-                    || SimError::OutOfFrames(format!("trace touched {} pages", pages.len()));
-                if let Some(tlb) = core.modern.tlb.as_mut().filter(|t| t.lacks_table(vpn)) {
-                    tlb.add_table(vpn, frames.alloc_any().ok_or_else(out_of_frames)?);
-                }
-                let p = frames.alloc_any().ok_or_else(out_of_frames)?;
-                pages.insert(vpn, p);
-                p
-            }
-        };
-        *last = Some((vpn, pfn));
-        Ok(((pfn as u64) << page_shift) | off)
     }
 
     pub(super) fn run(
@@ -232,6 +183,8 @@ impl TraceProc {
         }
     }
 
+    /// Replay until the clock reaches `limit_fp`, the process's length is replayed or the
+    /// trace ends.
     pub(super) fn run_inner(
         &mut self,
         st: &mut ProcState,
@@ -241,141 +194,350 @@ impl TraceProc {
         page_shift: u32,
         limit_fp: u64,
     ) -> Result<(), SimError> {
-        let page_size = 1u64 << page_shift;
-        // Any model beyond the paper's machines sends accesses down the path generated
-        // workloads take on such machines; without them the path is cachegrind's.
-        let modern = st.core.modern.any();
-        let identity = matches!(self.map, PageMap::Identity);
+        let mut env = Env {
+            llc,
+            frames,
+            t,
+            page_shift,
+            identity: matches!(self.map, PageMap::Identity),
+            // Any model beyond the paper's machines sends accesses down the path generated
+            // workloads take on such machines; without them the path is cachegrind's.
+            modern: st.core.modern.any(),
+        };
+        // Made afresh each run: between runs pages migrate, which invalidates their lines.
+        let mut recent = RecentLines::new(&st.core, self.skip_repeats);
         while st.clock_fp < limit_fp {
             if self.references_left == 0 {
                 st.finished = true;
                 return Ok(());
             }
-            if self.next == self.batch.len() {
-                self.reader.next_batch(&mut self.batch, BATCH)?;
-                self.next = 0;
-            }
-            let Some(&ev) = self.batch.get(self.next) else {
-                let looped = self.references_left != u64::MAX;
-                if looped || self.repeats_left > 1 {
-                    let path = self
-                        .path
-                        .clone()
-                        .ok_or_else(|| SimError::Unsupported("repeat needs a trace file".into()))?;
-                    if self.pass_references == 0 {
-                        return Err(SimError::Unsupported(format!(
-                            "{}: the trace has no references to replay in a loop",
-                            path.display()
-                        )));
-                    }
-                    self.reader = TraceReader::new(open_trace(&path)?, self.reader.format())?;
-                    self.pass_references = 0;
-                    self.repeats_left -= (!looped) as u32;
-                    continue;
-                }
+            if self.next == self.batch.len() && !self.refill()? {
                 st.finished = true;
                 return Ok(());
-            };
-            self.next += 1;
-            self.references_left -= (self.references_left != u64::MAX) as u64;
-            self.pass_references += 1;
+            }
+            self.replay_batch(st, &mut env, &mut recent, limit_fp)?;
+        }
+        Ok(())
+    }
+
+    /// Decode the next batch of events, reopening the trace file at its end if it is
+    /// replayed again; false when the trace is over.
+    fn refill(&mut self) -> Result<bool, SimError> {
+        loop {
+            self.reader.next_batch(&mut self.batch, BATCH)?;
+            self.next = 0;
+            if !self.batch.is_empty() {
+                return Ok(true);
+            }
+            let looped = self.references_left != u64::MAX;
+            if !looped && self.repeats_left <= 1 {
+                return Ok(false);
+            }
+            let path = self
+                .path
+                .clone()
+                .ok_or_else(|| SimError::Unsupported("repeat needs a trace file".into()))?;
+            if self.pass_references == 0 {
+                return Err(SimError::Unsupported(format!(
+                    "{}: the trace has no references to replay in a loop",
+                    path.display()
+                )));
+            }
+            self.reader = TraceReader::new(open_trace(&path)?, self.reader.format())?;
+            self.pass_references = 0;
+            self.repeats_left -= (!looped) as u32;
+        }
+    }
+
+    /// Replay events of the current batch until the clock reaches `limit_fp`, the batch
+    /// ends or the process's length is replayed.
+    fn replay_batch(
+        &mut self,
+        st: &mut ProcState,
+        env: &mut Env,
+        recent: &mut RecentLines,
+        limit_fp: u64,
+    ) -> Result<(), SimError> {
+        let available = (self.batch.len() - self.next).min(self.references_left as usize);
+        let events = &self.batch[self.next..self.next + available];
+        let mut replayed = 0;
+        for ev in events {
+            if st.clock_fp >= limit_fp {
+                break;
+            }
+            replayed += 1;
             let size = ev.size.min(self.max_size);
-            let paddr = if identity {
-                ev.addr
-            } else {
-                self.translate(frames, &mut st.core, ev.addr, page_shift)?
-            };
-            // An access crossing into another page touches two frames: reference the two
-            // parts separately, as one access (a miss if either part misses).
-            let split = !identity && (ev.addr & (page_size - 1)) + size > page_size;
-            let (first, p2) = if split {
-                let first = page_size - (ev.addr & (page_size - 1));
-                let p2 = self.translate(frames, &mut st.core, ev.addr + first, page_shift)?;
-                (first, p2)
-            } else {
-                (size, 0)
-            };
-            let mut walk_fp = 0;
-            let latency = if ev.kind == TraceKind::Instr {
+            if ev.kind == TraceKind::Instr {
                 st.instr_fp += FP;
-                st.clock_fp += t.base_per_instr;
-                let served = fetch(st, llc, modern, ev.addr, paddr, first);
-                if split {
-                    let b = fetch(st, llc, modern, ev.addr + first, p2, size - first);
-                    if st.core.l1i.is_some() {
-                        st.c.accesses -= 1;
-                        st.c.l1i_accesses -= 1;
-                    }
-                    served.max(b)
-                } else {
-                    served
+                st.clock_fp += env.t.base_per_instr;
+                if recent.instr.repeats(ev.addr, size) {
+                    // The line is the most recent of its L1I set: a hit that changes nothing.
+                    st.c.accesses += 1;
+                    st.c.l1i_accesses += 1;
+                    st.clock_fp += env.t.l1;
+                    continue;
                 }
             } else {
                 st.c.accesses += 1;
-                let data =
-                    |st: &mut ProcState, llc: &mut Cache, walk_fp: &mut u64, vaddr, paddr, size| {
-                        if modern {
-                            let (served, walk) = modern_ref(
-                                &mut st.core,
-                                llc,
-                                &mut st.c,
-                                t,
-                                vaddr,
-                                paddr,
-                                size,
-                                page_shift,
-                            );
-                            *walk_fp += walk;
-                            served
-                        } else {
-                            data_ref(&mut st.core, llc, &mut st.c, vaddr, paddr, size)
-                        }
-                    };
-                let mut served = data(st, llc, &mut walk_fp, ev.addr, paddr, first);
-                if split {
-                    served = served.max(data(
-                        st,
-                        llc,
-                        &mut walk_fp,
-                        ev.addr + first,
-                        p2,
-                        size - first,
-                    ));
-                    st.c.l1d_accesses -= 1;
+                if recent.data.repeats(ev.addr, size) {
+                    // The most recent line of its L1D set (and its page the most recent of
+                    // its TLB set): a hit that changes nothing.
+                    st.c.l1d_accesses += 1;
+                    st.clock_fp += env.t.l1;
+                    continue;
                 }
-                if served >= Served::Llc && ev.kind != TraceKind::Store && st.pmu.enabled {
-                    let w = if served == Served::Mem { t.mem } else { t.llc };
-                    let pa = (!identity).then_some(paddr);
-                    st.pmu_event(t, ev.addr, pa, served, w);
+            }
+            let result = Self::reference(&mut self.map, st, env, ev, size);
+            let latency = match result {
+                Ok(latency) => latency,
+                Err(e) => {
+                    self.consume(replayed);
+                    return Err(e);
                 }
-                served
             };
-            st.clock_fp += walk_fp
-                + match latency {
-                    Served::L1 => t.l1,
-                    Served::L2 => t.l2,
-                    Served::Llc => t.llc,
-                    Served::Mem => t.mem,
-                };
+            if ev.kind == TraceKind::Instr {
+                recent.instr.touched(ev.addr, size);
+            } else {
+                recent.data.touched(ev.addr, size);
+            }
+            st.clock_fp += latency;
         }
+        self.consume(replayed);
         Ok(())
+    }
+
+    /// Count `n` events of the batch as replayed.
+    fn consume(&mut self, n: usize) {
+        self.next += n;
+        if self.references_left != u64::MAX {
+            self.references_left -= n as u64;
+        }
+        self.pass_references += n as u64;
+    }
+
+    /// One event through the hierarchy (its fetch's base cost already counted); returns
+    /// its latency (fixed point), a page walk's included.
+    #[inline(always)]
+    fn reference(
+        map: &mut PageMap,
+        st: &mut ProcState,
+        env: &mut Env,
+        ev: &TraceEvent,
+        size: u64,
+    ) -> Result<u64, SimError> {
+        let (page_size, shift) = (1u64 << env.page_shift, env.page_shift);
+        let paddr = if env.identity {
+            ev.addr
+        } else {
+            translate(map, env.frames, &mut st.core, ev.addr, shift)?
+        };
+        // An access crossing into another page touches two frames: reference the two
+        // parts separately, as one access (a miss if either part misses).
+        let split = !env.identity && (ev.addr & (page_size - 1)) + size > page_size;
+        let (first, p2) = if split {
+            let first = page_size - (ev.addr & (page_size - 1));
+            let p2 = translate(map, env.frames, &mut st.core, ev.addr + first, shift)?;
+            (first, p2)
+        } else {
+            (size, 0)
+        };
+        let t = env.t;
+        let mut walk_fp = 0;
+        let served = if ev.kind == TraceKind::Instr {
+            let served = fetch(st, env, ev.addr, paddr, first);
+            if split {
+                let b = fetch(st, env, ev.addr + first, p2, size - first);
+                if st.core.l1i.is_some() {
+                    st.c.accesses -= 1;
+                    st.c.l1i_accesses -= 1;
+                }
+                served.max(b)
+            } else {
+                served
+            }
+        } else {
+            let mut served = data(st, env, &mut walk_fp, ev.addr, paddr, first);
+            if split {
+                let b = data(st, env, &mut walk_fp, ev.addr + first, p2, size - first);
+                served = served.max(b);
+                st.c.l1d_accesses -= 1;
+            }
+            if served >= Served::Llc && ev.kind != TraceKind::Store && st.pmu.enabled {
+                let w = if served == Served::Mem { t.mem } else { t.llc };
+                let pa = (!env.identity).then_some(paddr);
+                st.pmu_event(t, ev.addr, pa, served, w);
+            }
+            served
+        };
+        Ok(walk_fp
+            + match served {
+                Served::L1 => t.l1,
+                Served::L2 => t.l2,
+                Served::Llc => t.llc,
+                Served::Mem => t.mem,
+            })
+    }
+}
+
+/// What a run of a trace process works with besides the process.
+struct Env<'a> {
+    llc: &'a mut Cache,
+    frames: &'a mut FrameAllocator,
+    t: &'a Timing,
+    page_shift: u32,
+    identity: bool,
+    modern: bool,
+}
+
+/// The last line each stream (instruction fetches, data accesses) touched in its L1, so
+/// that an access to that same line again skips the hierarchy. The line is then the most
+/// recently used of its L1 set (nothing else touches a core's L1 between two accesses of
+/// its stream: prefetches and page walks fill the levels below), so under LRU the access
+/// is a hit that changes no state; on the modern path its page is also the most recently
+/// used of its TLB set (only data accesses look the TLB up), so the TLB hits unchanged too.
+/// Under RRIP a hit would lower the line's prediction value, so the filter is off there.
+struct RecentLines {
+    instr: RecentLine,
+    data: RecentLine,
+}
+
+struct RecentLine {
+    shift: u32,
+    /// Line number; `NONE` when nothing was touched yet or the filter is off.
+    last: u64,
+    on: bool,
+}
+
+impl RecentLine {
+    /// No line: a line number is an address shifted right by at least one bit.
+    const NONE: u64 = u64::MAX;
+
+    fn new(l1: Option<&Cache>) -> RecentLine {
+        let l1 = l1.filter(|c| c.policy() == Policy::Lru && c.line_shift() > 0);
+        RecentLine {
+            shift: l1.map_or(0, |c| c.line_shift()),
+            last: Self::NONE,
+            on: l1.is_some(),
+        }
+    }
+
+    /// True if `size` bytes at `addr` lie in the line touched last.
+    #[inline(always)]
+    fn repeats(&self, addr: u64, size: u64) -> bool {
+        let first = addr >> self.shift;
+        first == self.last && addr.saturating_add(size - 1) >> self.shift == first
+    }
+
+    /// An access of `size` bytes at `addr` went through the L1: its last line is now the
+    /// most recent of its set.
+    #[inline(always)]
+    fn touched(&mut self, addr: u64, size: u64) {
+        if self.on {
+            self.last = addr.saturating_add(size - 1) >> self.shift;
+        }
+    }
+}
+
+impl RecentLines {
+    fn new(core: &Core, on: bool) -> RecentLines {
+        let l1i = core.l1i.as_ref().filter(|_| on);
+        let l1d = Some(&core.l1d).filter(|_| on);
+        RecentLines {
+            instr: RecentLine::new(l1i),
+            data: RecentLine::new(l1d),
+        }
+    }
+}
+
+/// The physical address of `vaddr`; a page touched for the first time gets a frame (and
+/// its leaf page table one too, if the core has a TLB and the table none yet).
+#[inline(always)]
+fn translate(
+    map: &mut PageMap,
+    frames: &mut FrameAllocator,
+    core: &mut Core,
+    vaddr: u64,
+    page_shift: u32,
+) -> Result<u64, SimError> {
+    match map {
+        PageMap::Identity => Ok(vaddr),
+        // Most references fall in the page of the one before.
+        PageMap::Table {
+            last: Some((vpn, pfn)),
+            ..
+        } if *vpn == vaddr >> page_shift => {
+            Ok(((*pfn as u64) << page_shift) | (vaddr & ((1 << page_shift) - 1)))
+        }
+        PageMap::Table { .. } => translate_slow(map, frames, core, vaddr, page_shift),
+    }
+}
+
+#[inline(never)]
+fn translate_slow(
+    map: &mut PageMap,
+    frames: &mut FrameAllocator,
+    core: &mut Core,
+    vaddr: u64,
+    page_shift: u32,
+) -> Result<u64, SimError> {
+    let PageMap::Table { pages, last } = map else {
+        return Ok(vaddr);
+    };
+    let vpn = vaddr >> page_shift;
+    let off = vaddr & ((1 << page_shift) - 1);
+    let pfn = match pages.get(&vpn) {
+        Some(&p) => p,
+        None => {
+            let out_of_frames =
+                || SimError::OutOfFrames(format!("trace touched {} pages", pages.len()));
+            if let Some(tlb) = core.modern.tlb.as_mut().filter(|t| t.lacks_table(vpn)) {
+                tlb.add_table(vpn, frames.alloc_any().ok_or_else(out_of_frames)?);
+            }
+            let p = frames.alloc_any().ok_or_else(out_of_frames)?;
+            pages.insert(vpn, p);
+            p
+        }
+    };
+    *last = Some((vpn, pfn));
+    Ok(((pfn as u64) << page_shift) | off)
+}
+
+/// A data access down the modern path or cachegrind's; adds a page walk's cycles to
+/// `walk_fp`.
+#[inline(always)]
+fn data(
+    st: &mut ProcState,
+    env: &mut Env,
+    walk_fp: &mut u64,
+    vaddr: u64,
+    paddr: u64,
+    size: u64,
+) -> Served {
+    if env.modern {
+        let (served, walk) = modern_ref(
+            &mut st.core,
+            env.llc,
+            &mut st.c,
+            env.t,
+            vaddr,
+            paddr,
+            size,
+            env.page_shift,
+        );
+        *walk_fp += walk;
+        served
+    } else {
+        data_ref(&mut st.core, env.llc, &mut st.c, vaddr, paddr, size)
     }
 }
 
 /// An instruction fetch down the modern path or cachegrind's.
 #[inline(always)]
-fn fetch(
-    st: &mut ProcState,
-    llc: &mut Cache,
-    modern: bool,
-    vaddr: u64,
-    paddr: u64,
-    size: u64,
-) -> Served {
-    if modern {
-        modern_fetch(&mut st.core, llc, &mut st.c, vaddr, paddr, size)
+fn fetch(st: &mut ProcState, env: &mut Env, vaddr: u64, paddr: u64, size: u64) -> Served {
+    if env.modern {
+        modern_fetch(&mut st.core, env.llc, &mut st.c, vaddr, paddr, size)
     } else {
-        instr_ref(&mut st.core, llc, &mut st.c, vaddr, paddr, size)
+        instr_ref(&mut st.core, env.llc, &mut st.c, vaddr, paddr, size)
     }
 }
 
@@ -385,4 +547,90 @@ pub(super) fn open_trace(path: &PathBuf) -> Result<Box<dyn BufRead + Send>, SimE
         reason,
     })?;
     Ok(Box::new(BufReader::with_capacity(1 << 20, f)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Machine, Source};
+    use super::*;
+    use crate::trace::BinaryWriter;
+    use rocs_core::{Placement, Remapper};
+
+    /// A program-like trace: a loop's fetches a few bytes apart, loads and stores on a
+    /// stack, a heap walked with strides, accesses straddling lines and pages, and a
+    /// stream larger than every LLC so that its lines go all the way down.
+    fn trace_file(dir: &std::path::Path) -> PathBuf {
+        let mut w = BinaryWriter::new(Vec::new());
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut pc = 0x40_0000u64;
+        for i in 0..400_000u64 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            pc = if x.is_multiple_of(50) {
+                0x40_0000 + (x >> 40) % 0x8000
+            } else {
+                pc + 1 + x % 6
+            };
+            w.write(&TraceEvent {
+                kind: TraceKind::Instr,
+                addr: pc,
+                size: 1 + x % 7,
+            })
+            .unwrap();
+            let (kind, addr, size) = match (x >> 8) % 6 {
+                0 => (TraceKind::Load, 0x7ff0_0000 + (x >> 20) % 256 * 8, 8),
+                1 => (TraceKind::Store, 0x7ff0_0000 + (x >> 20) % 256 * 8, 8),
+                2 => (TraceKind::Modify, 0x1000_0000 + (i * 24) % (1 << 22), 16),
+                // Straddles lines, now and then a page.
+                3 => (TraceKind::Load, 0x2000_0000 + i * 61, 8),
+                4 => (TraceKind::Load, 0x4000_0000 + i * 64 % (160 << 20), 4),
+                _ => continue,
+            };
+            w.write(&TraceEvent { kind, addr, size }).unwrap();
+        }
+        let path = dir.join("t.rtrace");
+        std::fs::write(&path, w.finish().unwrap()).unwrap();
+        path
+    }
+
+    #[test]
+    fn skipping_repeated_lines_counts_what_the_full_path_counts() {
+        let dir = std::env::temp_dir().join(format!("rocs-replay-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = trace_file(&dir);
+        for machine in [
+            "ppc970fx",
+            "xeon-like",
+            "spr-like",
+            "zen4-like",
+            "neoverse-like",
+        ] {
+            let spec = MachineSpec::resolve(machine).unwrap();
+            let run = |skip: bool| {
+                let mut m = Machine::from_trace(&spec, TraceSpec::file(&path), 7).unwrap();
+                let Source::Trace(t) = &mut m.procs[0].source else {
+                    unreachable!()
+                };
+                t.skip_repeats = skip;
+                // Short windows (a migration costs some thousand cycles), and between
+                // them pages migrate (their lines leave the caches), the hot ones too.
+                let pid = m.pids()[0];
+                let mut window = 0;
+                while m.run_for_checked(50_000).unwrap() {
+                    let pages = m.pages(pid).unwrap();
+                    let moved = [pages[window % pages.len()], pages[pages.len() / 2]];
+                    let to = [Placement::Pollute, Placement::Restore][window % 2];
+                    m.migrate(pid, &moved, to).unwrap();
+                    window += 1;
+                }
+                (m.totals(), m.now())
+            };
+            let (full, skipped) = (run(false), run(true));
+            assert!(full.0.llc_misses > 0 && full.0.l1d_accesses > 300_000);
+            assert!(full.0.pages_migrated > 20, "{machine}");
+            assert_eq!(full, skipped, "{machine}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
