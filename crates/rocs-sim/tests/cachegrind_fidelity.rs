@@ -9,8 +9,9 @@
 //! when the L1 missed; a modify (`M`) is one access; instruction fetches go through the L1I
 //! into the same LL; the LL is not inclusive; sizes are clamped to the smallest line.
 
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
 use rocs_sim::{
     BinaryWriter, Machine, MachineSpec, RunStats, TraceFormat, TraceInput, TraceReader, TraceSpec,
@@ -39,15 +40,6 @@ const GEOMETRIES: &[Geometry] = &[
     },
 ];
 
-fn have(tool: &str) -> bool {
-    Command::new(tool)
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
 fn work_dir() -> PathBuf {
     let d = std::env::temp_dir().join(format!("rocs-sim-fidelity-{}", std::process::id()));
     std::fs::create_dir_all(&d).unwrap();
@@ -70,20 +62,7 @@ fn write_input(dir: &Path) -> PathBuf {
 }
 
 fn sort_under(tool_args: &[String], input: &Path) {
-    let out = Command::new("valgrind")
-        .args(tool_args)
-        .arg("sort")
-        .arg(input)
-        .env("LC_ALL", "C")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .output()
-        .expect("valgrind runs");
-    assert!(
-        out.status.success(),
-        "valgrind {tool_args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::valgrind(tool_args, "sort", &[input.to_str().expect("a UTF-8 path")]);
 }
 
 /// The `summary:` line of a cachegrind output file, by event name.
@@ -158,7 +137,7 @@ fn replay(profile: &MachineSpec, trace: &Path, format: TraceFormat) -> RunStats 
 
 #[test]
 fn lackey_and_binary_replays_match_cachegrind_on_sort() {
-    if !have("valgrind") {
+    if !common::have("valgrind") {
         eprintln!(
             "\n*** SKIPPED: valgrind is not installed, so the cachegrind fidelity test cannot run.\n*** Install it (apt-get install valgrind; tests/all.sh does) to check the simulator against cachegrind.\n"
         );

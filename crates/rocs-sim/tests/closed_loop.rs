@@ -223,11 +223,7 @@ fn noisy_neighbour_tenants_take_turns_and_reach_the_oracle() {
         oracle_grid: 4,
         ..LoopConfig::default()
     };
-    let modes = Modes {
-        rocs: true,
-        oracle: true,
-    };
-    let c = compare(&make, &cfg, modes, &mut |_| {}).unwrap();
+    let c = compare(&make, &cfg, Modes::ALL, &mut |_| {}).unwrap();
     let rocs = c.rocs.as_ref().unwrap();
     let oracle = c.oracle.as_ref().unwrap();
     let fraction = c.fraction_of_oracle.unwrap();

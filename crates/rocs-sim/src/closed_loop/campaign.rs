@@ -120,11 +120,7 @@ pub fn run_case(
 ) -> Result<RandomRow, LoopError> {
     let start = Instant::now();
     let make = || Machine::new(&case.machine, &case.workload, case.seed);
-    let modes = Modes {
-        rocs: true,
-        oracle: true,
-    };
-    let c = compare(&make, cfg, modes, progress)?;
+    let c = compare(&make, cfg, Modes::ALL, progress)?;
     let rocs = c.rocs.as_ref().expect("asked for rocs");
     let oracle = c.oracle.as_ref().expect("asked for the oracle");
     let tenant_speedups = tenant_speedups(&c.baseline.stats, &rocs.stats);

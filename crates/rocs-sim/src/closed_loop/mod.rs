@@ -359,6 +359,14 @@ pub struct Modes {
     pub oracle: bool,
 }
 
+impl Modes {
+    /// Baseline, rocs and the oracle: what every suite compares.
+    pub const ALL: Modes = Modes {
+        rocs: true,
+        oracle: true,
+    };
+}
+
 /// Run baseline (always: it sets the window), then rocs and the oracle as asked. The
 /// oracle needs a rocs run for its profiles, so asking for it runs rocs too.
 pub fn compare(

@@ -233,11 +233,7 @@ pub fn run_real(
         return Ok(row);
     }
     let make = || machine_for(case, spec, seed);
-    let modes = Modes {
-        rocs: true,
-        oracle: true,
-    };
-    let c = compare(&make, cfg, modes, progress)?;
+    let c = compare(&make, cfg, Modes::ALL, progress)?;
     let rocs = c.rocs.as_ref().expect("asked for rocs");
     let oracle = c.oracle.as_ref().expect("asked for the oracle");
     row.speedup = ratio(c.baseline.stats.cycles, rocs.stats.cycles);
