@@ -26,9 +26,7 @@ pub enum Next {
 /// Windows measured at each `k`, and what they say.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Measurements {
-    by_k: BTreeMap<usize, Vec<f64>>,
     /// Every window in the order measured.
-    #[serde(default)]
     log: Vec<Measured>,
 }
 
@@ -41,10 +39,15 @@ pub struct Measured {
     pub ipc: f64,
 }
 
+/// Mean and sum of squared deviations of `v`.
+fn moments(v: &[f64]) -> (f64, f64) {
+    let m = v.iter().sum::<f64>() / v.len() as f64;
+    (m, v.iter().map(|x| (x - m) * (x - m)).sum())
+}
+
 impl Measurements {
     /// One window's IPC at `k`; `at` numbers the window (windows not measured count too).
     pub fn record(&mut self, at: u64, k: usize, ipc: f64) {
-        self.by_k.entry(k).or_default().push(ipc);
         self.log.push(Measured { at, k, ipc });
     }
 
@@ -53,39 +56,53 @@ impl Measurements {
         &self.log
     }
 
+    /// The IPCs measured at each `k` (a search measures a few dozen windows at most).
+    fn by_k(&self) -> BTreeMap<usize, Vec<f64>> {
+        let mut by_k: BTreeMap<usize, Vec<f64>> = BTreeMap::new();
+        for w in &self.log {
+            by_k.entry(w.k).or_default().push(w.ipc);
+        }
+        by_k
+    }
+
+    fn at(&self, k: usize) -> Vec<f64> {
+        self.log
+            .iter()
+            .filter(|w| w.k == k)
+            .map(|w| w.ipc)
+            .collect()
+    }
+
     /// Windows measured at `k`.
     pub fn count(&self, k: usize) -> usize {
-        self.by_k.get(&k).map_or(0, Vec::len)
+        self.log.iter().filter(|w| w.k == k).count()
     }
 
     /// Mean IPC at `k`, if measured.
     pub fn mean(&self, k: usize) -> Option<f64> {
-        let v = self.by_k.get(&k)?;
-        (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+        let v = self.at(k);
+        (!v.is_empty()).then(|| moments(&v).0)
     }
 
     /// Every measured `k` with its mean IPC and window count, by `k`.
-    pub fn iter(&self) -> impl Iterator<Item = (usize, f64, usize)> + '_ {
-        self.by_k
-            .iter()
-            .filter(|(_, v)| !v.is_empty())
-            .map(|(&k, v)| (k, v.iter().sum::<f64>() / v.len() as f64, v.len()))
+    pub fn iter(&self) -> impl Iterator<Item = (usize, f64, usize)> {
+        self.by_k()
+            .into_iter()
+            .map(|(k, v)| (k, moments(&v).0, v.len()))
     }
 
     /// Sample variance of one window's IPC at `k`; `None` before a repeat.
     pub fn variance(&self, k: usize) -> Option<f64> {
-        let v = self.by_k.get(&k).filter(|v| v.len() > 1)?;
-        let m = v.iter().sum::<f64>() / v.len() as f64;
-        Some(v.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / (v.len() - 1) as f64)
+        let v = self.at(k);
+        (v.len() > 1).then(|| moments(&v).1 / (v.len() - 1) as f64)
     }
 
     /// Pooled standard deviation of one window's IPC, from every `k` measured more than
     /// once, with its degrees of freedom; `None` before any repeat.
     pub fn noise(&self) -> Option<(f64, usize)> {
         let (mut ss, mut dof) = (0.0, 0);
-        for v in self.by_k.values().filter(|v| v.len() > 1) {
-            let m = v.iter().sum::<f64>() / v.len() as f64;
-            ss += v.iter().map(|x| (x - m) * (x - m)).sum::<f64>();
+        for v in self.by_k().values().filter(|v| v.len() > 1) {
+            ss += moments(v).1;
             dof += v.len() - 1;
         }
         (dof > 0).then(|| ((ss / dof as f64).sqrt(), dof))
