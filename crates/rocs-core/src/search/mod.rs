@@ -45,6 +45,23 @@ fn moments(v: &[f64]) -> (f64, f64) {
     (m, v.iter().map(|x| (x - m) * (x - m)).sum())
 }
 
+/// The smallest relative IPC gain a search that measures `repeats` windows a point can
+/// tell from noise, for a target whose windows at one placement scatter as `ipcs` do:
+/// the margin the adaptive search puts between two points, `z` standard errors of their
+/// difference with `z` wider while the scatter rests on few windows, over the mean IPC.
+/// A drift in time counts as scatter: a search measures its points one after another.
+/// `None`: fewer than four windows, too few to say.
+pub fn resolvable_gain(ipcs: &[f64], repeats: u32) -> Option<f64> {
+    if ipcs.len() < 4 {
+        return None;
+    }
+    let (mean, ss) = moments(ipcs);
+    let dof = ipcs.len() - 1;
+    let z = 2.0 + 4.0 / dof as f64;
+    let se = (ss / dof as f64 * 2.0 / f64::from(repeats.max(1))).sqrt();
+    (mean > 0.0).then(|| z * se / mean)
+}
+
 impl Measurements {
     /// One window's IPC at `k`; `at` numbers the window (windows not measured count too).
     pub fn record(&mut self, at: u64, k: usize, ipc: f64) {
