@@ -89,6 +89,35 @@ fn a_program_whose_windows_scatter_more_than_it_could_gain_moves_no_page() {
 }
 
 #[test]
+fn a_search_that_has_cost_more_than_its_promise_could_win_back_stops() {
+    // Each page moved costs 2% of a window, nothing gains, and the search starts a few
+    // windows into the run: its first probe (227 pages, 4.5 windows) already costs more
+    // than the promise (~23%) could win back over as many windows again. Without the stop
+    // the coarse pass goes on to larger k.
+    for seed in 1..6 {
+        let knobs = rocs_core::Knobs {
+            migration_cost_cycles: 20_000_000,
+            ..knobs(SearchMode::Adaptive)
+        };
+        let mut d = Harness::new(knobs, World::new(flat(0.0), 0.01, seed));
+        d.run_until_steady(200);
+        let probes: std::collections::BTreeSet<usize> = d
+            .ctrl
+            .history()
+            .filter_map(|e| match e.kind {
+                EventKind::SearchStep { k, .. } if k > 0 => Some(k),
+                _ => None,
+            })
+            .collect();
+        let stopped = d.ctrl.history().any(|e| {
+            matches!(&e.kind, EventKind::Transition { reason, .. } if reason.contains("ended early"))
+        });
+        assert!(stopped, "seed {seed}: not stopped, probes {probes:?}");
+        assert_eq!(probes.len(), 1, "seed {seed}: probes {probes:?}");
+    }
+}
+
+#[test]
 fn adaptive_uses_fewer_windows_than_linear_and_is_not_worse() {
     let (mut lin_windows, mut ada_windows, mut lin_ipc, mut ada_ipc) = (0, 0, 0.0, 0.0);
     for seed in 1..6 {

@@ -82,6 +82,15 @@ impl Spending {
         self.fruitless_cycles <= self.share(budget) * self.cycles_seen as f64
     }
 
+    /// What the attempt in progress has cost so far, if that is more than `gain` (a
+    /// relative gain) could win back over as many cycles again as the target has run.
+    /// The target's future is unknown; the past is the estimate that neither favours a
+    /// long-lived target nor one about to end.
+    pub fn over_what_it_could_win(&self, gain: f64) -> Option<f64> {
+        let cost = self.attempt?;
+        (cost > gain * self.cycles_seen as f64).then_some(cost)
+    }
+
     /// What fruitless attempts have cost, as a share of the cycles seen, and the share
     /// allowed now (for the reasons the controller gives).
     pub fn shares(&self, budget: f64) -> (f64, f64) {

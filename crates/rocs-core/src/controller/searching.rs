@@ -64,6 +64,9 @@ pub(super) struct SearchRun {
     /// The search ended before its first move because the windows scatter too much to
     /// tell any gain the profile promises: the smallest relative gain they could tell.
     too_noisy: Option<f64>,
+    /// The search was told to conclude because it had cost more than its promise could
+    /// win back: what it had cost, in cycles.
+    overspent: Option<f64>,
 }
 
 impl Controller {
@@ -280,6 +283,23 @@ impl Controller {
                         None => Next::Measure(k),
                     }
                 }
+                // A probe once the search has cost more than the promise could win back:
+                // exploring further costs more than it can repay, so the search concludes
+                // with what it has measured (the best point if it beats k = 0, else k = 0).
+                Next::Measure(k) if k > 0 && run.overspent.is_none() => {
+                    match self.over_what_it_could_win() {
+                        Some(cost) => {
+                            self.run_mut().expect("searching").overspent = Some(cost);
+                            let search = self.search.as_mut().expect("searching");
+                            if search.conclude() {
+                                search.next_step()
+                            } else {
+                                Next::Measure(k)
+                            }
+                        }
+                        None => Next::Measure(k),
+                    }
+                }
                 next => next,
             },
         };
@@ -346,6 +366,14 @@ impl Controller {
                     resolvable * 100.0,
                     self.promise.unwrap_or(0.0) * 100.0
                 );
+            } else if let Some(cost) = run.overspent {
+                reason += &format!(
+                    "; the search ended early with the best point it had measured: it had \
+                     cost {:.2} M cycles, more than the {:.1}% the profile promises could win \
+                     back over as many cycles again as the target has run",
+                    cost / 1e6,
+                    self.promise.unwrap_or(0.0) * 100.0
+                );
             } else if k == 0 && run.baseline_loud == 0 && run.baseline_quiet > 0 {
                 reason += "; at k = 0 the target missed too little to be worth profiling: nothing to gain";
             }
@@ -403,6 +431,18 @@ impl Controller {
         }
         let run = self.run_mut_ref()?;
         resolvable_gain(&run.unmoved, self.knobs.search_max_repeats).filter(|&r| r > promise)
+    }
+
+    /// What the attempt has cost, if that is more than the promise (the largest relative
+    /// gain we expect; see [`Controller::too_noisy_to_search`]) could win back. A search
+    /// whose probes gain pays for itself as it goes: a probe faster than k = 0 counts
+    /// against the cost.
+    fn over_what_it_could_win(&self) -> Option<f64> {
+        let promise = self.promise?;
+        if promise < self.knobs.min_promise {
+            return None;
+        }
+        self.spending.over_what_it_could_win(promise)
     }
 
     fn run_mut_ref(&self) -> Option<&SearchRun> {

@@ -163,6 +163,13 @@ impl AdaptiveSearch {
         self.drift_bound = Some(slope.abs() + 2.0 * se);
     }
 
+    /// See [`super::Search::conclude`].
+    pub fn conclude(&mut self) {
+        if !matches!(self.stage, Stage::Confirm | Stage::Verify { .. }) {
+            self.stage = Stage::Confirm;
+        }
+    }
+
     /// See [`super::Search::recall`].
     pub fn recall(&mut self, k: usize, accept_above: f64) {
         if k > 0 && k <= self.n {

@@ -246,6 +246,19 @@ impl Search {
         }
     }
 
+    /// Stop exploring: keep the best point measured so far if it beats k = 0 as a
+    /// finished search's choice must (beyond noise, and drift), else k = 0. Returns false
+    /// for linear search, which is Algorithm 1 as the paper has it and runs to its end.
+    pub fn conclude(&mut self) -> bool {
+        match self.adaptive.as_mut() {
+            Some(a) => {
+                a.conclude();
+                true
+            }
+            None => false,
+        }
+    }
+
     /// The target's IPC in windows before the search, by window number, with no page
     /// moved (its profile): how fast IPC drifts on its own says whether a gain measured
     /// across time must be verified in balanced blocks. Adaptive search only.
