@@ -75,6 +75,14 @@ fn migrate_to_pollute_and_back_changes_colour_and_charges_cost() {
     assert_eq!(m.migration_cycles(), 4000, "2 us at 2 GHz");
     let back = m.migrate(pid, &pages[..10], Placement::Restore).unwrap();
     assert!(back.iter().all(|r| matches!(r, Ok(c) if c.0 != 15)));
+    // A restored page goes back to the colour it had: a search that confines nothing
+    // leaves the layout as it found it (the pages that were in colour 15 by chance had no
+    // other colour to go back to).
+    for (was, now) in before[..10].iter().zip(&back) {
+        if *was != Ok(Colour(15)) {
+            assert_eq!(was, now, "a restored page did not go home");
+        }
+    }
     // Unmapped page and unknown pid.
     assert_eq!(
         m.query(pid, &[VirtPage(1)]).unwrap(),

@@ -16,6 +16,8 @@ mod pmu;
 mod replay;
 mod stats;
 
+use std::collections::HashMap;
+
 use rocs_core::{CacheGeometry, Colour, Errno, PageResult, Pid, Placement, Remapper, VirtPage};
 
 pub use replay::{TraceFormat, TraceInput, TraceSpec};
@@ -74,6 +76,10 @@ pub struct Machine {
     frames: FrameAllocator,
     pollute: Vec<u32>,
     is_pollute: Vec<bool>,
+    /// The colour each page on a pollute frame came from, by that frame: a restore takes
+    /// the page home (the shim keeps the same table), so a search that confines nothing
+    /// leaves the program's layout as it found it.
+    homes: HashMap<u32, u32>,
     rng: Rng,
     now: u64,
     page_shift: u32,
@@ -111,6 +117,7 @@ impl Machine {
             frames,
             pollute: Vec::new(),
             is_pollute: vec![false; colours as usize],
+            homes: HashMap::new(),
             rng,
             now: 0,
             page_shift: spec.page_size.0.trailing_zeros(),
@@ -481,13 +488,24 @@ impl Machine {
             }
             (Placement::Pollute, false) => self.frames.alloc_in(&self.pollute),
             (Placement::Restore, true) => {
-                let others: Vec<u32> = (0..colours)
-                    .filter(|&c| !self.is_pollute[c as usize])
-                    .collect();
-                self.frames.alloc_random_in(&others, &mut self.rng)
+                // Home if the page has one and a frame of that colour is free; else any
+                // ordinary colour, as the shim does.
+                let home = self
+                    .homes
+                    .remove(&old)
+                    .filter(|&c| !self.is_pollute[c as usize]);
+                home.and_then(|c| self.frames.alloc_in(&[c])).or_else(|| {
+                    let others: Vec<u32> = (0..colours)
+                        .filter(|&c| !self.is_pollute[c as usize])
+                        .collect();
+                    self.frames.alloc_random_in(&others, &mut self.rng)
+                })
             }
         }
         .ok_or(Errno::ENOMEM)?;
+        if to == Placement::Pollute {
+            self.homes.insert(new, old % colours);
+        }
         // The old frame's lines are gone from every physically indexed cache (the copy went
         // to a new frame), and from the owner's virtually indexed L1s (their physical tags
         // no longer match).
