@@ -31,6 +31,7 @@
 #include <linux/uaccess.h>
 #include <linux/version.h>
 #include <linux/workqueue.h>
+#include <linux/xarray.h>
 
 #include "rocs_shim.h"
 
@@ -54,6 +55,26 @@ static unsigned long rocs_pool_limit;	/* per node */
 static bool rocs_keep_filled;
 static DECLARE_BITMAP(rocs_pollute, ROCS_SHIM_MAX_COLOURS);
 static DECLARE_BITMAP(rocs_ordinary, ROCS_SHIM_MAX_COLOURS);
+/*
+ * Homes: the colour each confined page had before Pollute moved it, keyed by the pfn of
+ * the pollute frame it moved to, as xa_mk_value(colour). A Restore of the page off that
+ * frame takes a frame of that colour again, so that confining and restoring leaves the
+ * target's layout as it was. Changed only under rocs_mutex; the xarray's own spinlock is
+ * taken inside xa_store and xa_erase, never around anything of ours.
+ *
+ * An entry outlives its page when the page leaves the frame without a Restore: its
+ * process frees it while confined (munmap, exit), or the kernel moves it (compaction, NUMA
+ * balancing). The frame goes back to the kernel and its entry stays until the shim
+ * confines a page onto that pfn again (xa_store overwrites it), a Restore moves a page off
+ * it, or CONFIGURE changes the colour count (then all are forgotten). A Restore of a page
+ * that landed on such a frame by chance goes to that stale home, which is harmless: a
+ * home is always a colour that was ordinary when it was written (Pollute moves only pages
+ * off the pollute colours), and a home that a later CONFIGURE made a pollute colour is
+ * ignored. At most one entry per pollute frame of the machine: in xarray nodes of 64
+ * slots, at worst about 9 bytes per frame of memory.
+ */
+static DEFINE_XARRAY(rocs_homes);
+
 static struct {
 	u64 migrated_pollute;
 	u64 migrated_restore;
@@ -239,8 +260,15 @@ struct rocs_call {
 	bool to_pollute;
 	unsigned int cursor;
 	u64 moved;
+	/* Restore: pages put on any ordinary colour, with no home remembered or no frame of it. */
+	u64 homeless;
+	u64 home_full;
 	/* Restore: the node of each page that left a pollute frame in this run, else -1. */
 	int freed_nid[ROCS_BATCH];
+	/* Whether each page moved in this run, and if so its old frame and its new one. */
+	bool page_moved[ROCS_BATCH];
+	unsigned long old_pfn[ROCS_BATCH];
+	unsigned long new_pfn[ROCS_BATCH];
 	unsigned long src[ROCS_BATCH];
 	unsigned long dst[ROCS_BATCH];
 	s32 result[ROCS_BATCH];
@@ -273,6 +301,65 @@ static void rocs_reclaim_run(struct rocs_call *call, unsigned int npages)
 	}
 }
 
+/*
+ * Restore: a frame of the colour @page had before Pollute moved it onto the frame it sits
+ * on now, from @pool; NULL when no home is remembered for that frame, the home is not an
+ * ordinary colour now, or the pool found no frame of it within its bounded tries.
+ */
+static struct page *rocs_take_home(struct rocs_call *call, struct rocs_pool *pool,
+				   struct page *page)
+{
+	DECLARE_BITMAP(home_only, ROCS_SHIM_MAX_COLOURS);
+	void *entry = xa_load(&rocs_homes, page_to_pfn(page));
+	unsigned int cursor = 0;
+	unsigned long home;
+	struct page *frame;
+
+	if (!xa_is_value(entry)) {
+		call->homeless++;
+		return NULL;
+	}
+	home = xa_to_value(entry);
+	if (!test_bit(home, rocs_ordinary)) {
+		call->homeless++;
+		return NULL;
+	}
+	bitmap_zero(home_only, ROCS_SHIM_MAX_COLOURS);
+	set_bit(home, home_only);
+	frame = rocs_pool_take(pool, home_only, &cursor);
+	if (!frame)
+		call->home_full++;
+	return frame;
+}
+
+/*
+ * After a run: remember the home colour of each page Pollute moved, forget the home of
+ * each page Restore moved. After migrate_vma_finalize, so that xa_store may allocate (and
+ * sleep) with no page of the run locked. A page may already have left its new frame again
+ * (its process freed it): its entry is then stale from the start, which is harmless (see
+ * rocs_homes).
+ */
+static void rocs_note_homes(struct rocs_call *call, unsigned int npages)
+{
+	unsigned int k;
+	int err;
+
+	for (k = 0; k < npages; k++) {
+		if (!call->page_moved[k])
+			continue;
+		if (!call->to_pollute) {
+			xa_erase(&rocs_homes, call->old_pfn[k]);
+			continue;
+		}
+		err = xa_err(xa_store(&rocs_homes, call->new_pfn[k],
+				      xa_mk_value(call->old_pfn[k] & (rocs_ncolours - 1)),
+				      GFP_KERNEL));
+		if (err)
+			/* Its Restore will take any ordinary colour. */
+			pr_debug("rocs_shim: no memory to remember a confined page's colour\n");
+	}
+}
+
 /* Move the pages of [start, start + npages) in @vma; result[k] for page k. */
 static void rocs_migrate_run(struct rocs_call *call, struct vm_area_struct *vma,
 			     unsigned long start, unsigned int npages)
@@ -297,6 +384,7 @@ static void rocs_migrate_run(struct rocs_call *call, struct vm_area_struct *vma,
 	for (k = 0; k < npages; k++) {
 		unsigned long src = call->src[k];
 		struct page *page = migrate_pfn_to_page(src);
+		struct rocs_pool *pool;
 		struct page *frame;
 		unsigned int colour;
 
@@ -322,9 +410,12 @@ static void rocs_migrate_run(struct rocs_call *call, struct vm_area_struct *vma,
 			call->result[k] = colour;
 			continue;
 		}
-		/* A frame on the page's own node: the colour changes, the NUMA placement not. */
-		frame = rocs_pool_take(&rocs_pools[page_to_nid(page)], call->wanted,
-				       &call->cursor);
+		/* A frame on the page's own node: the colour changes, the NUMA placement not.
+		 * A Restore goes home if it can, else to any ordinary colour. */
+		pool = &rocs_pools[page_to_nid(page)];
+		frame = call->to_pollute ? NULL : rocs_take_home(call, pool, page);
+		if (!frame)
+			frame = rocs_pool_take(pool, call->wanted, &call->cursor);
 		if (!frame) {
 			call->result[k] = rocs_fail(ROCS_SHIM_FAIL_NOMEM);
 			continue;
@@ -343,11 +434,15 @@ static void rocs_migrate_run(struct rocs_call *call, struct vm_area_struct *vma,
 		struct page *frame = migrate_pfn_to_page(call->dst[k]);
 
 		call->freed_nid[k] = -1;
+		call->page_moved[k] = false;
 		if (!frame)
 			continue;
 		if (call->src[k] & MIGRATE_PFN_MIGRATE) {
 			call->result[k] = rocs_colour(rocs_ncolours, frame);
 			call->moved++;
+			call->page_moved[k] = true;
+			call->old_pfn[k] = page_to_pfn(migrate_pfn_to_page(call->src[k]));
+			call->new_pfn[k] = page_to_pfn(frame);
 			if (call->to_pollute) {
 				rocs_stats.migrated_pollute++;
 			} else {
@@ -362,6 +457,7 @@ static void rocs_migrate_run(struct rocs_call *call, struct vm_area_struct *vma,
 	}
 
 	migrate_vma_finalize(&args);
+	rocs_note_homes(call, npages);
 	if (!call->to_pollute)
 		rocs_reclaim_run(call, npages);
 }
@@ -526,6 +622,10 @@ static long rocs_ioctl_pages(void __user *argp, bool migrate)
 
 	err = rocs_walk(call, entries, req.count, status);
 	mmput(call->mm);
+	/* STATS has no field for it (ABI version 1); dynamic debug shows it. */
+	if (call->homeless || call->home_full)
+		pr_debug("rocs_shim: Restore: %llu pages with no ordinary home remembered, %llu with no frame of their home colour; put on other ordinary colours\n",
+			 call->homeless, call->home_full);
 	if (migrate && call->to_pollute && rocs_keep_filled)
 		queue_work(system_unbound_wq, &rocs_refill_work);
 	if (err)
@@ -578,8 +678,11 @@ static long rocs_ioctl_configure(void __user *argp)
 	    bitmap_full(mask, cfg.colours))
 		return -EINVAL;
 
-	/* The stash is sorted by the old geometry: give it back and start again. */
+	/* The stash is sorted by the old geometry: give it back and start again. The homes
+	 * stay while the colour count does (a home that is a pollute colour now is ignored). */
 	rocs_drain_all();
+	if (cfg.colours != rocs_ncolours)
+		xa_destroy(&rocs_homes);
 	rocs_set_colours(cfg.colours, cfg.pool_limit, mask);
 	/* Filling takes a while (colours / pollute colours frames per stashed pollute frame):
 	 * it runs in the background, a little at a time; INFO.pool_frames shows progress. */
@@ -714,6 +817,7 @@ static void __exit rocs_exit(void)
 	cancel_work_sync(&rocs_refill_work);
 	mutex_lock(&rocs_mutex);
 	rocs_drain_all();
+	xa_destroy(&rocs_homes);
 	mutex_unlock(&rocs_mutex);
 	kvfree(rocs_pools);
 }

@@ -32,7 +32,8 @@
 
 /* rocs_shim_pages.placement */
 #define ROCS_SHIM_POLLUTE 1 /* onto frames of the pollute colours */
-#define ROCS_SHIM_RESTORE 2 /* onto frames of any other colour */
+#define ROCS_SHIM_RESTORE 2 /* back onto the colour the page had before Pollute moved
+			     * it, else onto any other colour */
 
 /*
  * Why a page did not move; index into rocs_shim_stats.failures. The per-page status of

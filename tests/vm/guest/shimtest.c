@@ -355,6 +355,95 @@ static void test_restore(void)
 	free(addrs);
 }
 
+/*
+ * A Restore puts each page back on the colour it had before Pollute moved it, so that a
+ * search that confines pages and gives up leaves the target's layout as it found it.
+ * HOME_PAGES pages that start on ordinary colours are confined and restored: every one
+ * must go home (the stash, or a block of COLOURS frames, which holds a frame of every
+ * colour, always has a frame of it in this guest's free memory). They are picked out of
+ * a larger region because a page on a pollute colour stays there under Pollute, so has no
+ * other colour to go back to; and new pages may well start there: an earlier test's
+ * Restore frees pollute frames that the stash, when full, leaves to the next allocations
+ * (seen: all of 64 new pages after the restore test).
+ * Then a CONFIGURE that keeps the colour count but makes one of the homes a pollute
+ * colour while the pages are confined: the pages of that home go to ordinary colours
+ * instead, the others home.
+ */
+#define HOME_PAGES 64
+#define HOME_REGION 1024
+#define HOME_SEED 0x5eed0006ULL
+
+static void test_home_inner(uint64_t *region, const uint64_t *region_addrs);
+
+static void test_home(void)
+{
+	uint64_t *region = anon_pages(HOME_REGION, HOME_SEED);
+	uint64_t *region_addrs = addrs_of(region, HOME_REGION);
+
+	CHECK(region && region_addrs, "mmap, malloc");
+	test_home_inner(region, region_addrs);
+	munmap(region, HOME_REGION * PAGE);
+	free(region_addrs);
+	/* The configuration the other tests expect. */
+	CHECK(shim_configure(COLOURS, POLLUTE_MASK, POOL_LIMIT) == 0, "CONFIGURE");
+}
+
+static void test_home_inner(uint64_t *region, const uint64_t *region_addrs)
+{
+	static int32_t region_colour[HOME_REGION];
+	uint64_t addrs[HOME_PAGES], mask;
+	int32_t home[HOME_PAGES], status[HOME_PAGES];
+	size_t i, n = 0, away = 0;
+
+	CHECK(shim_pages(shim, 0, region_addrs, HOME_REGION, 0, region_colour, NULL) == 0,
+	      "QUERY: %s", strerror(errno));
+	for (i = 0; i < HOME_REGION && n < HOME_PAGES; i++) {
+		CHECK(region_colour[i] >= 0, "page %zu: QUERY %d", i, region_colour[i]);
+		if (!is_pollute(region_colour[i])) {
+			addrs[n] = region_addrs[i];
+			home[n++] = region_colour[i];
+		}
+	}
+	CHECK(n == HOME_PAGES, "only %zu of %d pages on ordinary colours", n, HOME_REGION);
+
+	CHECK(shim_pages(shim, 0, addrs, n, ROCS_SHIM_POLLUTE, status, NULL) == 0,
+	      "MIGRATE to Pollute: %s", strerror(errno));
+	check_placed(0, addrs, status, n, true);
+	if (failure[0])
+		return;
+	CHECK(shim_pages(shim, 0, addrs, n, ROCS_SHIM_RESTORE, status, NULL) == 0,
+	      "MIGRATE to Restore: %s", strerror(errno));
+	check_placed(0, addrs, status, n, false);
+	if (failure[0])
+		return;
+	for (i = 0; i < n; i++)
+		away += status[i] != home[i];
+	CHECK(away == 0, "%zu of %zu restored pages not on their old colour", away, n);
+	CHECK(pattern_broken(region, HOME_REGION, HOME_SEED) < 0, "data changed");
+
+	/* The home of the first page becomes a pollute colour while the pages are confined. */
+	CHECK(shim_pages(shim, 0, addrs, n, ROCS_SHIM_POLLUTE, status, NULL) == 0,
+	      "MIGRATE to Pollute: %s", strerror(errno));
+	check_placed(0, addrs, status, n, true);
+	if (failure[0])
+		return;
+	mask = POLLUTE_MASK | 1ULL << home[0];
+	CHECK(shim_configure(COLOURS, mask, POOL_LIMIT) == 0, "CONFIGURE");
+	CHECK(shim_pages(shim, 0, addrs, n, ROCS_SHIM_RESTORE, status, NULL) == 0,
+	      "MIGRATE to Restore: %s", strerror(errno));
+	for (i = 0; i < n; i++) {
+		int colour = pfn_colour(pagemap_pfn(0, addrs[i]));
+
+		CHECK(status[i] >= 0 && colour == status[i], "page %zu: status %d, pagemap colour %d",
+		      i, status[i], colour);
+		CHECK(!((mask >> status[i]) & 1), "page %zu (home %d) restored onto pollute colour "
+		      "%d (mask %#llx)", i, home[i], status[i], (unsigned long long)mask);
+		CHECK(home[i] == home[0] || status[i] == home[i],
+		      "page %zu: restored onto colour %d, home %d", i, status[i], home[i]);
+	}
+	CHECK(pattern_broken(region, HOME_REGION, HOME_SEED) < 0, "data changed");
+}
+
 /* Frames the stash holds of the pollute colours, all nodes; -1 when STATS fails. */
 static long pollute_held(void)
 {
@@ -1680,6 +1769,7 @@ static const struct {
 	{ "info", test_info },
 	{ "pollute", test_pollute },
 	{ "restore", test_restore },
+	{ "home", test_home },
 	{ "reclaim", test_reclaim },
 	{ "numa", test_numa },
 	{ "order", test_order },
