@@ -27,7 +27,9 @@ impl VirtPage {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct Colour(pub u32);
 
-/// Where a page should live: in the pollute buffer, or back among the ordinary colours.
+/// Where a page should live: in the pollute buffer, or back among the ordinary colours
+/// (on the colour it had before it was confined, where the platform can: the shim and the
+/// simulator do, so that a search that confines nothing leaves the layout as it was).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Placement {
