@@ -118,11 +118,12 @@ fn a_search_that_has_cost_more_than_its_promise_could_win_back_stops() {
 }
 
 #[test]
-fn a_search_that_ends_early_keeps_a_gain_it_has_measured() {
+fn a_search_that_has_found_a_gain_is_not_stopped_by_its_cost() {
     // The same costly moves, but the stream's pages gain 25% when confined: the first
-    // probe costs more than the promise could win back over the run so far, and shows
-    // the gain. Going back to k = 0 would waste what it cost (cg-like at scale 0.3 fell
-    // to 0.928 of off so); the search keeps the point it measured.
+    // probe costs more than the promise could win back over the run so far, and shows a
+    // gain. Its moves are the price of a placement the target keeps, so the search goes
+    // on to the best k (cg-like on ppc970fx, stopped there, kept 1,869 of its ~2,900
+    // pages: 1.069 of off where the search that went on reached 1.155).
     for seed in 1..6 {
         let knobs = rocs_core::Knobs {
             migration_cost_cycles: 20_000_000,
@@ -134,8 +135,11 @@ fn a_search_that_ends_early_keeps_a_gain_it_has_measured() {
             matches!(&e.kind, EventKind::Transition { reason, .. } if reason.contains("ended early"))
         });
         let rel = d.world.true_ipc() / d.world.base_ipc;
-        assert!(ended_early, "seed {seed}: the search did not end early");
-        assert!(rel >= 1.05, "seed {seed}: relative IPC {rel:.3}");
+        assert!(!ended_early, "seed {seed}: the search ended early");
+        assert!(
+            rel >= 0.97 * best_possible(&art_like()),
+            "seed {seed}: relative IPC {rel:.3}"
+        );
     }
 }
 

@@ -58,8 +58,9 @@ pub(super) struct SearchRun {
     judged_by_group: bool,
     /// Scores of the windows measured so far at the current placement (group search).
     span: Vec<f64>,
-    /// The target's own IPC in the windows before any page moved (the profile's and the
-    /// search's first k = 0 windows): how much a window scatters.
+    /// The target's own IPC in the windows before any page moved, the profile's and the
+    /// search's first k = 0 windows apart: how much a window scatters.
+    profile_ipcs: Vec<f64>,
     unmoved: Vec<f64>,
     /// The search ended before its first move because the windows scatter too much to
     /// tell any gain the profile promises: the smallest relative gain they could tell.
@@ -135,7 +136,7 @@ impl Controller {
             _ => &[],
         };
         search.drift_before(profile_ipcs);
-        let unmoved = profile_ipcs.iter().map(|&(_, ipc)| ipc).collect();
+        let profile_ipcs = profile_ipcs.iter().map(|&(_, ipc)| ipc).collect();
         if scored {
             search.judged_by_group();
         }
@@ -156,7 +157,7 @@ impl Controller {
         let run = SearchRun {
             started_at: self.stats.windows,
             judged_by_group: scored,
-            unmoved,
+            profile_ipcs,
             ..SearchRun::default()
         };
         self.transition(Stage::Search(run), reason, out);
@@ -283,10 +284,12 @@ impl Controller {
                         None => Next::Measure(k),
                     }
                 }
-                // A probe once the search has cost more than the promise could win back:
-                // exploring further costs more than it can repay, so the search concludes
-                // with what it has measured (the best point if it beats k = 0, else k = 0).
-                Next::Measure(k) if k > 0 && run.overspent.is_none() => {
+                // A probe once the search has cost more than the promise could win back
+                // and has found nothing: exploring further costs more than it can repay,
+                // so the search concludes (at k = 0, unless the Confirm stage sees a gain
+                // after all). A search that has found a gain goes on: its moves so far are
+                // the price of a placement it keeps.
+                Next::Measure(k) if k > 0 && run.overspent.is_none() && !search.has_gain() => {
                     match self.over_what_it_could_win() {
                         Some(cost) => {
                             self.run_mut().expect("searching").overspent = Some(cost);
@@ -368,9 +371,9 @@ impl Controller {
                 );
             } else if let Some(cost) = run.overspent {
                 reason += &format!(
-                    "; the search ended early with the best point it had measured: it had \
-                     cost {:.2} M cycles, more than the {:.1}% the profile promises could win \
-                     back over as many cycles again as the target has run",
+                    "; the search ended early, having found no gain: it had cost {:.2} M \
+                     cycles, more than the {:.1}% the profile promises could win back over as \
+                     many cycles again as the target has run",
                     cost / 1e6,
                     self.promise.unwrap_or(0.0) * 100.0
                 );
@@ -430,7 +433,8 @@ impl Controller {
             return None;
         }
         let run = self.run_mut_ref()?;
-        resolvable_gain(&run.unmoved, self.knobs.search_max_repeats).filter(|&r| r > promise)
+        let groups = [run.profile_ipcs.as_slice(), run.unmoved.as_slice()];
+        resolvable_gain(&groups, self.knobs.search_max_repeats).filter(|&r| r > promise)
     }
 
     /// What the attempt has cost, if that is more than the promise (the largest relative

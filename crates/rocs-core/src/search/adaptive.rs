@@ -163,6 +163,14 @@ impl AdaptiveSearch {
         self.drift_bound = Some(slope.abs() + 2.0 * se);
     }
 
+    /// See [`super::Search::has_gain`].
+    pub fn has_gain(&self, m: &Measurements) -> bool {
+        match (m.best(), m.mean(0)) {
+            (Some((best, ipc)), Some(base)) if best > 0 => ipc - base > self.margin(m, best, 0),
+            _ => false,
+        }
+    }
+
     /// See [`super::Search::conclude`].
     pub fn conclude(&mut self) {
         if !matches!(self.stage, Stage::Confirm | Stage::Verify { .. }) {

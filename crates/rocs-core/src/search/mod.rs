@@ -46,20 +46,27 @@ fn moments(v: &[f64]) -> (f64, f64) {
 }
 
 /// The smallest relative IPC gain a search that measures `repeats` windows a point can
-/// tell from noise, for a target whose windows at one placement scatter as `ipcs` do:
+/// tell from noise, for a target whose windows at one placement scatter as `groups` do:
 /// the margin the adaptive search puts between two points, `z` standard errors of their
 /// difference with `z` wider while the scatter rests on few windows, over the mean IPC.
-/// A drift in time counts as scatter: a search measures its points one after another.
-/// `None`: fewer than four windows, too few to say.
-pub fn resolvable_gain(ipcs: &[f64], repeats: u32) -> Option<f64> {
-    if ipcs.len() < 4 {
+/// Each group is scattered about its own mean (a profile's windows pay for sampling, a
+/// search's do not: that step is not noise); a drift in time counts as scatter, since a
+/// search measures its points one after another. `None`: under two degrees of freedom.
+pub fn resolvable_gain(groups: &[&[f64]], repeats: u32) -> Option<f64> {
+    let groups = groups.iter().filter(|g| !g.is_empty());
+    let (mut ss, mut dof, mut last_mean) = (0.0, 0usize, 0.0);
+    for g in groups {
+        let (mean, s) = moments(g);
+        ss += s;
+        dof += g.len() - 1;
+        last_mean = mean;
+    }
+    if dof < 2 || last_mean <= 0.0 {
         return None;
     }
-    let (mean, ss) = moments(ipcs);
-    let dof = ipcs.len() - 1;
     let z = 2.0 + 4.0 / dof as f64;
     let se = (ss / dof as f64 * 2.0 / f64::from(repeats.max(1))).sqrt();
-    (mean > 0.0).then(|| z * se / mean)
+    Some(z * se / last_mean)
 }
 
 impl Measurements {
@@ -244,6 +251,14 @@ impl Search {
         if let Some(a) = self.adaptive.as_mut() {
             a.recall(k, accept_above);
         }
+    }
+
+    /// Whether a point measured so far beats k = 0 beyond noise (adaptive search; linear
+    /// search does not judge until its end).
+    pub fn has_gain(&self) -> bool {
+        self.adaptive
+            .as_ref()
+            .is_some_and(|a| a.has_gain(&self.measurements))
     }
 
     /// Stop exploring: keep the best point measured so far if it beats k = 0 as a
