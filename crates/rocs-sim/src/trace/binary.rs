@@ -138,6 +138,33 @@ impl Streams {
     }
 }
 
+/// What [`BinaryReader::feed`] hands events to.
+pub trait EventSink {
+    /// Whether it takes another event.
+    fn wants(&self) -> bool;
+    /// Take one event; an error stops the feed (the event counts as read).
+    fn event(&mut self, ev: TraceEvent) -> Result<(), SimError>;
+}
+
+/// Collects events into a vector, up to `max`.
+struct Batch<'a> {
+    out: &'a mut Vec<TraceEvent>,
+    max: usize,
+}
+
+impl EventSink for Batch<'_> {
+    #[inline(always)]
+    fn wants(&self) -> bool {
+        self.out.len() < self.max
+    }
+
+    #[inline(always)]
+    fn event(&mut self, ev: TraceEvent) -> Result<(), SimError> {
+        self.out.push(ev);
+        Ok(())
+    }
+}
+
 /// Writes events in the binary format; [`BinaryWriter::finish`] writes the end record.
 pub struct BinaryWriter<W: Write> {
     out: W,
@@ -349,69 +376,87 @@ impl<R: Read> BinaryReader<R> {
     }
 
     /// Append the next events to `out` until it holds `max` (fewer at the end of the trace).
-    /// Records that lie wholly in the buffer and carry their size in the tag (nearly all)
-    /// are decoded in one tight loop; the rest go through [`BinaryReader::next_event`].
     pub fn next_batch(&mut self, out: &mut Vec<TraceEvent>, max: usize) -> Result<(), SimError> {
-        while out.len() < max {
-            if self.end - self.pos < MAX_RECORD && !self.eof {
-                self.refill()?;
-            }
-            let before = out.len();
-            if self.version >= 2 {
-                self.decode_run::<true>(out, max);
-            } else {
-                self.decode_run::<false>(out, max);
-            }
-            self.events += (out.len() - before) as u64;
-            if out.len() < max {
-                // Near the buffer's end, or a record of another kind: one at a time.
-                match self.next_event()? {
-                    Some(ev) => out.push(ev),
-                    None => break,
-                }
-            }
-        }
+        self.feed(&mut Batch { out, max })?;
         Ok(())
     }
 
-    /// Decode records of version 2 (`V2`) or 1 into `out` until it holds `max`, the
-    /// buffer may end inside the next record, or the next record is not a plain one (an
+    /// Decode events and hand them to `sink` while it wants more; false when the trace is
+    /// over. Records that lie wholly in the buffer and carry their size in the tag (nearly
+    /// all) are decoded in one tight loop that the compiler fuses with `sink`'s; the rest go
+    /// through [`BinaryReader::next_event`].
+    #[inline]
+    pub fn feed<S: EventSink>(&mut self, sink: &mut S) -> Result<bool, SimError> {
+        loop {
+            if !sink.wants() {
+                return Ok(true);
+            }
+            if self.end - self.pos < MAX_RECORD && !self.eof {
+                self.refill()?;
+            }
+            if self.version >= 2 {
+                self.feed_plain::<true, S>(sink)?;
+            } else {
+                self.feed_plain::<false, S>(sink)?;
+            }
+            if !sink.wants() {
+                return Ok(true);
+            }
+            // Near the buffer's end, or a record of another kind: one at a time.
+            match self.next_event()? {
+                Some(ev) => sink.event(ev)?,
+                None => return Ok(false),
+            }
+        }
+    }
+
+    /// Hand `sink` events of plain records of version 2 (`V2`) or 1 while it wants them,
+    /// until the buffer may end inside the next record or the next record is not plain (an
     /// end or reserved tag, a size in a varint, a varint over 10 bytes).
     #[inline(always)]
-    fn decode_run<const V2: bool>(&mut self, out: &mut Vec<TraceEvent>, max: usize) {
+    fn feed_plain<const V2: bool, S: EventSink>(&mut self, sink: &mut S) -> Result<(), SimError> {
         // Below `safe_end` a whole record of the longest kind is buffered.
         let safe_end = self.end.saturating_sub(MAX_RECORD);
         let buf = &self.buf[..self.end];
         let mut i = self.pos;
         let mut streams = self.streams;
-        while i < safe_end && out.len() < max {
+        let mut events = 0;
+        let mut result = Ok(());
+        while i < safe_end && sink.wants() {
             let tag = buf[i];
             let kind = tag & 3;
-            if V2 && tag & SEQUENTIAL != 0 {
+            let ev = if V2 && tag & SEQUENTIAL != 0 {
                 let size = (tag >> 2 & 0x1f) as u64;
                 if size == 0 {
                     break;
                 }
                 i += 1;
                 let addr = streams.end[stream(kind)];
-                out.push(streams.event(kind, addr, size));
-                continue;
-            }
-            let code = tag >> 2;
-            let size_follows = if V2 { V2_SIZE_FOLLOWS } else { V1_SIZE_FOLLOWS };
-            if code == 0 || code == size_follows {
-                break;
-            }
-            let mut j = i + 1;
-            let Some(delta) = get_varint(buf, &mut j) else {
-                break;
+                streams.event(kind, addr, size)
+            } else {
+                let code = tag >> 2;
+                let size_follows = if V2 { V2_SIZE_FOLLOWS } else { V1_SIZE_FOLLOWS };
+                if code == 0 || code == size_follows {
+                    break;
+                }
+                let mut j = i + 1;
+                let Some(delta) = get_varint(buf, &mut j) else {
+                    break;
+                };
+                i = j;
+                let addr = streams.prev[stream(kind)].wrapping_add(unzigzag(delta));
+                streams.event(kind, addr, code as u64)
             };
-            i = j;
-            let addr = streams.prev[stream(kind)].wrapping_add(unzigzag(delta));
-            out.push(streams.event(kind, addr, code as u64));
+            events += 1;
+            if let Err(e) = sink.event(ev) {
+                result = Err(e);
+                break;
+            }
         }
         self.pos = i;
         self.streams = streams;
+        self.events += events;
+        result
     }
 
     /// The end record, or a reserved tag.
