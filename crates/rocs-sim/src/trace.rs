@@ -90,7 +90,7 @@ impl TraceReader {
 
     /// Hand events to `sink` while it wants more; false when the trace is over. A binary
     /// trace is decoded in a loop fused with `sink`'s.
-    #[inline]
+    #[inline(always)]
     pub fn feed<S: EventSink>(&mut self, sink: &mut S) -> Result<bool, SimError> {
         match self {
             TraceReader::Binary(r) => r.feed(sink),

@@ -198,6 +198,7 @@ impl TraceProc {
         };
         // Made afresh each run: between runs pages migrate, which invalidates their lines.
         let mut recent = RecentLines::new(&st.core, self.skip_repeats);
+        let (base_per_instr, l1) = (t.base_per_instr, t.l1);
         while st.clock_fp < limit_fp {
             if self.references_left == 0 {
                 st.finished = true;
@@ -209,6 +210,8 @@ impl TraceProc {
                 env: &mut env,
                 recent: &mut recent,
                 max_size: self.max_size,
+                base_per_instr,
+                l1,
                 limit_fp,
                 left: self.references_left,
                 clock: 0,
@@ -266,6 +269,8 @@ struct Replayer<'a, 'e> {
     env: &'a mut Env<'e>,
     recent: &'a mut RecentLines,
     max_size: u64,
+    base_per_instr: u64,
+    l1: u64,
     limit_fp: u64,
     /// Events it may still replay (the process's length).
     left: u64,
@@ -302,14 +307,13 @@ impl EventSink for Replayer<'_, '_> {
     fn event(&mut self, ev: TraceEvent) -> Result<(), SimError> {
         self.left -= 1;
         let size = ev.size.min(self.max_size);
-        let t = self.env.t;
         if ev.kind == TraceKind::Instr {
             self.instrs += 1;
-            self.clock += t.base_per_instr;
+            self.clock += self.base_per_instr;
             if self.recent.instr.repeats(ev.addr, size) {
                 // The line is the most recent of its L1I set: a hit that changes nothing.
                 self.instr_repeats += 1;
-                self.clock += t.l1;
+                self.clock += self.l1;
                 return Ok(());
             }
         } else {
@@ -318,7 +322,7 @@ impl EventSink for Replayer<'_, '_> {
                 // The most recent line of its L1D set (and its page the most recent of
                 // its TLB set): a hit that changes nothing.
                 self.data_repeats += 1;
-                self.clock += t.l1;
+                self.clock += self.l1;
                 return Ok(());
             }
         }
@@ -565,7 +569,10 @@ pub(super) fn open_trace(path: &PathBuf) -> Result<Box<dyn BufRead + Send>, SimE
         path: path.clone(),
         reason,
     })?;
-    Ok(Box::new(BufReader::with_capacity(1 << 20, f)))
+    // Small: both readers read into buffers of their own, larger than this one, and a
+    // BufReader hands such reads straight to the file once its buffer (the format's first
+    // bytes) is consumed, saving a copy of the whole trace.
+    Ok(Box::new(BufReader::with_capacity(1 << 14, f)))
 }
 
 #[cfg(test)]

@@ -384,8 +384,9 @@ impl<R: Read> BinaryReader<R> {
     /// Decode events and hand them to `sink` while it wants more; false when the trace is
     /// over. Records that lie wholly in the buffer and carry their size in the tag (nearly
     /// all) are decoded in one tight loop that the compiler fuses with `sink`'s; the rest go
-    /// through [`BinaryReader::next_event`].
-    #[inline]
+    /// through [`BinaryReader::next_event`]. Inlined, so that `sink`'s fields can live in
+    /// registers.
+    #[inline(always)]
     pub fn feed<S: EventSink>(&mut self, sink: &mut S) -> Result<bool, SimError> {
         loop {
             if !sink.wants() {

@@ -199,7 +199,11 @@ fn bad_input_is_refused_with_its_offset() {
         ev(TraceKind::Store, 0x2000, 8),
     ];
     let (v1, v2) = (encode_version(&two, 1), encode(&two));
-    assert_eq!(v1[16..], v2[16..], "neither event is sequential: the same records");
+    assert_eq!(
+        v1[16..],
+        v2[16..],
+        "neither event is sequential: the same records"
+    );
     let header = |version: u32| [&MAGIC[..], &version.to_le_bytes(), &[0; 4]].concat();
     let cases: Vec<(Vec<u8>, &str)> = vec![
         (b"I  1000,4\n".to_vec(), "byte 0: not a rocs binary trace"),
