@@ -204,6 +204,7 @@ impl TraceProc {
                 st.finished = true;
                 return Ok(());
             }
+            let clock = st.clock_fp;
             let mut replayer = Replayer {
                 map: &mut self.map,
                 st: &mut *st,
@@ -214,13 +215,12 @@ impl TraceProc {
                 l1,
                 limit_fp,
                 left: self.references_left,
-                clock: 0,
+                clock,
                 instrs: 0,
                 instr_repeats: 0,
                 data: 0,
                 data_repeats: 0,
             };
-            replayer.clock = replayer.st.clock_fp;
             let more = self.reader.feed(&mut replayer);
             let replayed = replayer.finish();
             if self.references_left != u64::MAX {
