@@ -1,6 +1,7 @@
 //! Trace readers alone, from memory: lackey text lines per second and binary events per
-//! second in both versions of the format, one at a time and in batches (criterion's
-//! elements = lines or events), per second of the benchmark thread's CPU time.
+//! second in both versions of the format, one at a time and fed to a sink as the replay is
+//! fed (criterion's elements = lines or events), per second of the benchmark thread's CPU
+//! time.
 //!
 //!     cargo bench -p rocs-sim --bench traces
 //!
@@ -12,7 +13,8 @@ mod common;
 use common::ThreadCpuTime;
 use criterion::measurement::WallTime;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use rocs_sim::{BinaryReader, BinaryWriter, LackeyReader, TraceEvent, TraceKind};
+use rocs_sim::trace::EventSink;
+use rocs_sim::{BinaryReader, BinaryWriter, LackeyReader, SimError, TraceEvent, TraceKind};
 
 const LINES: u64 = 1_000_000;
 
@@ -50,6 +52,21 @@ fn lackey_text(events: &[TraceEvent]) -> Vec<u8> {
     t.into_bytes()
 }
 
+/// Sums the addresses of the events fed to it: the replay's decoding loop (a sink fused
+/// with the reader's loop) without the replay.
+struct Sum(u64);
+
+impl EventSink for Sum {
+    fn wants(&self) -> bool {
+        true
+    }
+
+    fn event(&mut self, ev: TraceEvent) -> Result<(), SimError> {
+        self.0 = self.0.wrapping_add(ev.addr);
+        Ok(())
+    }
+}
+
 fn bench(c: &mut Criterion<ThreadCpuTime>) {
     let events = events();
     let text = lackey_text(&events);
@@ -84,19 +101,12 @@ fn bench(c: &mut Criterion<ThreadCpuTime>) {
                 sum
             })
         });
-        group.bench_function(format!("binary-v{version}-batch"), |b| {
-            let mut batch = Vec::with_capacity(4096);
+        group.bench_function(format!("binary-v{version}-feed"), |b| {
             b.iter(|| {
                 let mut r = BinaryReader::new(&binary[..]).unwrap();
-                let mut sum = 0u64;
-                loop {
-                    batch.clear();
-                    r.next_batch(&mut batch, 4096).unwrap();
-                    if batch.is_empty() {
-                        break sum;
-                    }
-                    sum = batch.iter().fold(sum, |s, e| s.wrapping_add(e.addr));
-                }
+                let mut sum = Sum(0);
+                while r.feed(&mut sum).unwrap() {}
+                sum.0
             })
         });
     }
