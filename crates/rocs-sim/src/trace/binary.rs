@@ -1,4 +1,4 @@
-//! rocs's compact binary trace format: the same events as a lackey trace in about a tenth of
+//! rocs's compact binary trace format: the same events as a lackey trace in about an eighth of
 //! the bytes, read many times faster than text. Version 2 is written; versions 1 and 2 are
 //! read.
 //!
