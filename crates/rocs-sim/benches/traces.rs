@@ -1,18 +1,20 @@
 //! Trace readers alone, from memory: lackey text lines per second and binary events per
-//! second, one at a time and in the replay's batches (criterion's elements = lines or
-//! events), per second of the benchmark thread's CPU time.
+//! second in both versions of the format, one at a time and fed to a sink as the replay is
+//! fed (criterion's elements = lines or events), per second of the benchmark thread's CPU
+//! time.
 //!
 //!     cargo bench -p rocs-sim --bench traces
 //!
-//! The text imitates a real lackey trace: runs of instruction fetches a few bytes apart,
-//! loads and stores on a stack and a heap, 8 to 12 hex digits per address.
+//! The text imitates a real lackey trace: runs of straight-line instruction fetches, loads
+//! and stores on a stack and a heap, 8 to 12 hex digits per address.
 
 mod common;
 
 use common::ThreadCpuTime;
 use criterion::measurement::WallTime;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use rocs_sim::{BinaryReader, BinaryWriter, LackeyReader, TraceEvent, TraceKind};
+use rocs_sim::trace::EventSink;
+use rocs_sim::{BinaryReader, BinaryWriter, LackeyReader, SimError, TraceEvent, TraceKind};
 
 const LINES: u64 = 1_000_000;
 
@@ -22,8 +24,10 @@ fn events() -> Vec<TraceEvent> {
         .map(|i| {
             let (kind, addr, size) = match i % 10 {
                 0..=5 => {
-                    pc += 1 + i % 7;
-                    (TraceKind::Instr, pc, 1 + i % 7)
+                    // Straight-line code, with a jump now and then.
+                    let (addr, size) = (pc + (i % 37 == 0) as u64 * 64, 1 + i % 7);
+                    pc = addr + size;
+                    (TraceKind::Instr, addr, size)
                 }
                 6 | 7 => (TraceKind::Load, 0x1f_feff_f000 + (i % 512) * 8, 8),
                 8 => (TraceKind::Store, 0x0422_0000 + (i * 24) % (1 << 20), 4),
@@ -48,14 +52,31 @@ fn lackey_text(events: &[TraceEvent]) -> Vec<u8> {
     t.into_bytes()
 }
 
+/// Sums the addresses of the events fed to it: the replay's decoding loop (a sink fused
+/// with the reader's loop) without the replay.
+struct Sum(u64);
+
+impl EventSink for Sum {
+    fn wants(&self) -> bool {
+        true
+    }
+
+    fn event(&mut self, ev: TraceEvent) -> Result<(), SimError> {
+        self.0 = self.0.wrapping_add(ev.addr);
+        Ok(())
+    }
+}
+
 fn bench(c: &mut Criterion<ThreadCpuTime>) {
     let events = events();
     let text = lackey_text(&events);
-    let mut w = BinaryWriter::new(Vec::new());
-    for e in &events {
-        w.write(e).unwrap();
-    }
-    let binary = w.finish().unwrap();
+    let binary = [1, 2].map(|version| {
+        let mut w = BinaryWriter::with_version(Vec::new(), version).unwrap();
+        for e in &events {
+            w.write(e).unwrap();
+        }
+        w.finish().unwrap()
+    });
     let mut group = c.benchmark_group("trace-read");
     group.sample_size(20);
     group.throughput(Throughput::Elements(LINES));
@@ -69,31 +90,26 @@ fn bench(c: &mut Criterion<ThreadCpuTime>) {
             sum
         })
     });
-    group.bench_function("binary", |b| {
-        b.iter(|| {
-            let mut r = BinaryReader::new(&binary[..]).unwrap();
-            let mut sum = 0u64;
-            while let Some(e) = r.next_event().unwrap() {
-                sum = sum.wrapping_add(e.addr);
-            }
-            sum
-        })
-    });
-    group.bench_function("binary-batch", |b| {
-        let mut batch = Vec::with_capacity(4096);
-        b.iter(|| {
-            let mut r = BinaryReader::new(&binary[..]).unwrap();
-            let mut sum = 0u64;
-            loop {
-                batch.clear();
-                r.next_batch(&mut batch, 4096).unwrap();
-                if batch.is_empty() {
-                    break sum;
+    for (version, binary) in (1..).zip(&binary) {
+        group.bench_function(format!("binary-v{version}"), |b| {
+            b.iter(|| {
+                let mut r = BinaryReader::new(&binary[..]).unwrap();
+                let mut sum = 0u64;
+                while let Some(e) = r.next_event().unwrap() {
+                    sum = sum.wrapping_add(e.addr);
                 }
-                sum = batch.iter().fold(sum, |s, e| s.wrapping_add(e.addr));
-            }
-        })
-    });
+                sum
+            })
+        });
+        group.bench_function(format!("binary-v{version}-feed"), |b| {
+            b.iter(|| {
+                let mut r = BinaryReader::new(&binary[..]).unwrap();
+                let mut sum = Sum(0);
+                while r.feed(&mut sum).unwrap() {}
+                sum.0
+            })
+        });
+    }
     group.finish();
 }
 

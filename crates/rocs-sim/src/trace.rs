@@ -8,7 +8,7 @@ mod lackey;
 
 use std::io::{BufRead, Read};
 
-pub use binary::{BinaryReader, BinaryWriter};
+pub use binary::{BinaryReader, BinaryWriter, EventSink};
 pub use lackey::LackeyReader;
 
 use crate::error::SimError;
@@ -88,31 +88,23 @@ impl TraceReader {
         }
     }
 
-    /// Replace the contents of `out` with the next `max` events (fewer at the end of the
-    /// trace; none after it). Decoding a batch in one tight loop, apart from simulating it,
-    /// is faster than an event at a time.
-    pub fn next_batch(&mut self, out: &mut Vec<TraceEvent>, max: usize) -> Result<(), SimError> {
-        out.clear();
+    /// Hand events to `sink` while it wants more; false when the trace is over. A binary
+    /// trace is decoded in a loop fused with `sink`'s.
+    #[inline(always)]
+    pub fn feed<S: EventSink>(&mut self, sink: &mut S) -> Result<bool, SimError> {
         match self {
-            TraceReader::Lackey(r) => fill(out, max, || r.next_event()),
-            TraceReader::Binary(r) => r.next_batch(out, max),
+            TraceReader::Binary(r) => r.feed(sink),
+            TraceReader::Lackey(r) => {
+                while sink.wants() {
+                    match r.next_event()? {
+                        Some(ev) => sink.event(ev)?,
+                        None => return Ok(false),
+                    }
+                }
+                Ok(true)
+            }
         }
     }
-}
-
-#[inline(always)]
-fn fill(
-    out: &mut Vec<TraceEvent>,
-    max: usize,
-    mut next: impl FnMut() -> Result<Option<TraceEvent>, SimError>,
-) -> Result<(), SimError> {
-    while out.len() < max {
-        match next()? {
-            Some(ev) => out.push(ev),
-            None => break,
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]

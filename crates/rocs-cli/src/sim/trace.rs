@@ -118,22 +118,22 @@ pub fn run(cmd: TraceCommand) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// A trace file or standard input, read through a progress bar.
+/// A trace file or standard input, read through a progress bar. The buffer is small: the
+/// trace readers read into larger buffers of their own, which a BufReader then fills
+/// straight from the input, with no copy through its own.
 fn open_input(name: &str) -> anyhow::Result<Box<dyn BufRead + Send>> {
+    const BUFFER: usize = 1 << 14;
     if name == "-" {
         let bar = progress::bytes(None, "standard input");
         return Ok(Box::new(BufReader::with_capacity(
-            1 << 20,
+            BUFFER,
             bar.wrap_read(std::io::stdin()),
         )));
     }
     let f = File::open(name).with_context(|| format!("cannot open {name}"))?;
     let len = f.metadata().map(|m| m.len()).ok();
     let bar = progress::bytes(len, name);
-    Ok(Box::new(BufReader::with_capacity(
-        1 << 20,
-        bar.wrap_read(f),
-    )))
+    Ok(Box::new(BufReader::with_capacity(BUFFER, bar.wrap_read(f))))
 }
 
 fn convert(args: ConvertArgs) -> anyhow::Result<ExitCode> {

@@ -14,10 +14,7 @@ use crate::error::SimError;
 use crate::frames::FrameAllocator;
 use crate::spec::MachineSpec;
 pub use crate::trace::TraceFormat;
-use crate::trace::{TraceEvent, TraceKind, TraceReader};
-
-/// Events decoded at a time.
-const BATCH: usize = 4096;
+use crate::trace::{EventSink, TraceEvent, TraceKind, TraceReader};
 
 /// Where a trace comes from.
 pub enum TraceInput {
@@ -69,9 +66,6 @@ pub(super) enum PageMap {
 
 pub(super) struct TraceProc {
     pub(super) reader: TraceReader,
-    /// Events decoded and not yet replayed: `batch[next..]`.
-    batch: Vec<TraceEvent>,
-    next: usize,
     pub(super) path: Option<PathBuf>,
     pub(super) repeats_left: u32,
     /// References left to replay before the process finishes (`u64::MAX`: no limit).
@@ -154,8 +148,6 @@ impl TraceProc {
         };
         let proc = TraceProc {
             reader: TraceReader::new(reader, trace.format)?,
-            batch: Vec::with_capacity(BATCH),
-            next: 0,
             path,
             repeats_left: trace.repeat,
             references_left,
@@ -206,177 +198,208 @@ impl TraceProc {
         };
         // Made afresh each run: between runs pages migrate, which invalidates their lines.
         let mut recent = RecentLines::new(&st.core, self.skip_repeats);
+        let (base_per_instr, l1) = (t.base_per_instr, t.l1);
         while st.clock_fp < limit_fp {
             if self.references_left == 0 {
                 st.finished = true;
                 return Ok(());
             }
-            if self.next == self.batch.len() && !self.refill()? {
+            let clock = st.clock_fp;
+            let mut replayer = Replayer {
+                map: &mut self.map,
+                st: &mut *st,
+                env: &mut env,
+                recent: &mut recent,
+                max_size: self.max_size,
+                base_per_instr,
+                l1,
+                limit_fp,
+                left: self.references_left,
+                clock,
+                instrs: 0,
+                instr_repeats: 0,
+                data: 0,
+                data_repeats: 0,
+            };
+            let more = self.reader.feed(&mut replayer);
+            let replayed = replayer.finish();
+            if self.references_left != u64::MAX {
+                self.references_left -= replayed;
+            }
+            self.pass_references += replayed;
+            if !more? && !self.reopen()? {
                 st.finished = true;
                 return Ok(());
             }
-            self.replay_batch(st, &mut env, &mut recent, limit_fp)?;
         }
         Ok(())
     }
 
-    /// Decode the next batch of events, reopening the trace file at its end if it is
-    /// replayed again; false when the trace is over.
-    fn refill(&mut self) -> Result<bool, SimError> {
-        loop {
-            self.reader.next_batch(&mut self.batch, BATCH)?;
-            self.next = 0;
-            if !self.batch.is_empty() {
-                return Ok(true);
-            }
-            let looped = self.references_left != u64::MAX;
-            if !looped && self.repeats_left <= 1 {
-                return Ok(false);
-            }
-            let path = self
-                .path
-                .clone()
-                .ok_or_else(|| SimError::Unsupported("repeat needs a trace file".into()))?;
-            if self.pass_references == 0 {
-                return Err(SimError::Unsupported(format!(
-                    "{}: the trace has no references to replay in a loop",
-                    path.display()
-                )));
-            }
-            self.reader = TraceReader::new(open_trace(&path)?, self.reader.format())?;
-            self.pass_references = 0;
-            self.repeats_left -= (!looped) as u32;
+    /// At the end of the trace: reopen its file if it is replayed again; false when the
+    /// trace is over.
+    fn reopen(&mut self) -> Result<bool, SimError> {
+        let looped = self.references_left != u64::MAX;
+        if !looped && self.repeats_left <= 1 {
+            return Ok(false);
         }
-    }
-
-    /// Replay events of the current batch until the clock reaches `limit_fp`, the batch
-    /// ends or the process's length is replayed.
-    fn replay_batch(
-        &mut self,
-        st: &mut ProcState,
-        env: &mut Env,
-        recent: &mut RecentLines,
-        limit_fp: u64,
-    ) -> Result<(), SimError> {
-        let available = (self.batch.len() - self.next).min(self.references_left as usize);
-        let events = &self.batch[self.next..self.next + available];
-        let mut replayed = 0;
-        for ev in events {
-            if st.clock_fp >= limit_fp {
-                break;
-            }
-            replayed += 1;
-            let size = ev.size.min(self.max_size);
-            if ev.kind == TraceKind::Instr {
-                st.instr_fp += FP;
-                st.clock_fp += env.t.base_per_instr;
-                if recent.instr.repeats(ev.addr, size) {
-                    // The line is the most recent of its L1I set: a hit that changes nothing.
-                    st.c.accesses += 1;
-                    st.c.l1i_accesses += 1;
-                    st.clock_fp += env.t.l1;
-                    continue;
-                }
-            } else {
-                st.c.accesses += 1;
-                if recent.data.repeats(ev.addr, size) {
-                    // The most recent line of its L1D set (and its page the most recent of
-                    // its TLB set): a hit that changes nothing.
-                    st.c.l1d_accesses += 1;
-                    st.clock_fp += env.t.l1;
-                    continue;
-                }
-            }
-            let result = Self::reference(&mut self.map, st, env, ev, size);
-            let latency = match result {
-                Ok(latency) => latency,
-                Err(e) => {
-                    self.consume(replayed);
-                    return Err(e);
-                }
-            };
-            if ev.kind == TraceKind::Instr {
-                recent.instr.touched(ev.addr, size);
-            } else {
-                recent.data.touched(ev.addr, size);
-            }
-            st.clock_fp += latency;
+        let path = self
+            .path
+            .clone()
+            .ok_or_else(|| SimError::Unsupported("repeat needs a trace file".into()))?;
+        if self.pass_references == 0 {
+            return Err(SimError::Unsupported(format!(
+                "{}: the trace has no references to replay in a loop",
+                path.display()
+            )));
         }
-        self.consume(replayed);
-        Ok(())
+        self.reader = TraceReader::new(open_trace(&path)?, self.reader.format())?;
+        self.pass_references = 0;
+        self.repeats_left -= (!looped) as u32;
+        Ok(true)
     }
+}
 
-    /// Count `n` events of the batch as replayed.
-    fn consume(&mut self, n: usize) {
-        self.next += n;
-        if self.references_left != u64::MAX {
-            self.references_left -= n as u64;
-        }
-        self.pass_references += n as u64;
+/// One stretch of a trace process's replay, fed its events by the trace's reader. The
+/// clock and the counts of repeated lines live in its fields, which the compiler keeps in
+/// registers through the fused decoding loop, and [`Replayer::finish`] writes them back:
+/// most events are such repeats, which only count.
+struct Replayer<'a, 'e> {
+    map: &'a mut PageMap,
+    st: &'a mut ProcState,
+    env: &'a mut Env<'e>,
+    recent: &'a mut RecentLines,
+    max_size: u64,
+    base_per_instr: u64,
+    l1: u64,
+    limit_fp: u64,
+    /// Events it may still replay (the process's length).
+    left: u64,
+    clock: u64,
+    instrs: u64,
+    instr_repeats: u64,
+    /// Data accesses, repeated or not.
+    data: u64,
+    data_repeats: u64,
+}
+
+impl Replayer<'_, '_> {
+    /// Write the clock and the counts back to the process; returns the events replayed.
+    fn finish(self) -> u64 {
+        let st = self.st;
+        st.clock_fp = self.clock;
+        st.instr_fp += self.instrs * FP;
+        // A fetch through the hierarchy counts itself; a data access is counted here.
+        st.c.accesses += self.instr_repeats + self.data;
+        st.c.l1i_accesses += self.instr_repeats;
+        st.c.l1d_accesses += self.data_repeats;
+        self.instrs + self.data
     }
+}
 
-    /// One event through the hierarchy (its fetch's base cost already counted); returns
-    /// its latency (fixed point), a page walk's included.
+impl EventSink for Replayer<'_, '_> {
+    /// Until the clock reaches the limit or the process's length is replayed.
     #[inline(always)]
-    fn reference(
-        map: &mut PageMap,
-        st: &mut ProcState,
-        env: &mut Env,
-        ev: &TraceEvent,
-        size: u64,
-    ) -> Result<u64, SimError> {
-        let (page_size, shift) = (1u64 << env.page_shift, env.page_shift);
-        let paddr = if env.identity {
-            ev.addr
-        } else {
-            translate(map, env.frames, &mut st.core, ev.addr, shift)?
-        };
-        // An access crossing into another page touches two frames: reference the two
-        // parts separately, as one access (a miss if either part misses).
-        let split = !env.identity && (ev.addr & (page_size - 1)) + size > page_size;
-        let (first, p2) = if split {
-            let first = page_size - (ev.addr & (page_size - 1));
-            let p2 = translate(map, env.frames, &mut st.core, ev.addr + first, shift)?;
-            (first, p2)
-        } else {
-            (size, 0)
-        };
-        let t = env.t;
-        let mut walk_fp = 0;
-        let served = if ev.kind == TraceKind::Instr {
-            let served = fetch(st, env, ev.addr, paddr, first);
-            if split {
-                let b = fetch(st, env, ev.addr + first, p2, size - first);
-                if st.core.l1i.is_some() {
-                    st.c.accesses -= 1;
-                    st.c.l1i_accesses -= 1;
-                }
-                served.max(b)
-            } else {
-                served
-            }
-        } else {
-            let mut served = data(st, env, &mut walk_fp, ev.addr, paddr, first);
-            if split {
-                let b = data(st, env, &mut walk_fp, ev.addr + first, p2, size - first);
-                served = served.max(b);
-                st.c.l1d_accesses -= 1;
-            }
-            if served >= Served::Llc && ev.kind != TraceKind::Store && st.pmu.enabled {
-                let w = if served == Served::Mem { t.mem } else { t.llc };
-                let pa = (!env.identity).then_some(paddr);
-                st.pmu_event(t, ev.addr, pa, served, w);
-            }
-            served
-        };
-        Ok(walk_fp
-            + match served {
-                Served::L1 => t.l1,
-                Served::L2 => t.l2,
-                Served::Llc => t.llc,
-                Served::Mem => t.mem,
-            })
+    fn wants(&self) -> bool {
+        self.clock < self.limit_fp && self.left > 0
     }
+
+    #[inline(always)]
+    fn event(&mut self, ev: TraceEvent) -> Result<(), SimError> {
+        self.left -= 1;
+        let size = ev.size.min(self.max_size);
+        if ev.kind == TraceKind::Instr {
+            self.instrs += 1;
+            self.clock += self.base_per_instr;
+            if self.recent.instr.repeats(ev.addr, size) {
+                // The line is the most recent of its L1I set: a hit that changes nothing.
+                self.instr_repeats += 1;
+                self.clock += self.l1;
+                return Ok(());
+            }
+        } else {
+            self.data += 1;
+            if self.recent.data.repeats(ev.addr, size) {
+                // The most recent line of its L1D set (and its page the most recent of
+                // its TLB set): a hit that changes nothing.
+                self.data_repeats += 1;
+                self.clock += self.l1;
+                return Ok(());
+            }
+        }
+        // The PMU reads and advances the clock.
+        self.st.clock_fp = self.clock;
+        let latency = reference(self.map, self.st, self.env, &ev, size)?;
+        if ev.kind == TraceKind::Instr {
+            self.recent.instr.touched(ev.addr, size);
+        } else {
+            self.recent.data.touched(ev.addr, size);
+        }
+        self.clock = self.st.clock_fp + latency;
+        Ok(())
+    }
+}
+
+/// One event through the hierarchy (its fetch's base cost already counted); returns
+/// its latency (fixed point), a page walk's included.
+#[inline(always)]
+fn reference(
+    map: &mut PageMap,
+    st: &mut ProcState,
+    env: &mut Env,
+    ev: &TraceEvent,
+    size: u64,
+) -> Result<u64, SimError> {
+    let (page_size, shift) = (1u64 << env.page_shift, env.page_shift);
+    let paddr = if env.identity {
+        ev.addr
+    } else {
+        translate(map, env.frames, &mut st.core, ev.addr, shift)?
+    };
+    // An access crossing into another page touches two frames: reference the two
+    // parts separately, as one access (a miss if either part misses).
+    let split = !env.identity && (ev.addr & (page_size - 1)) + size > page_size;
+    let (first, p2) = if split {
+        let first = page_size - (ev.addr & (page_size - 1));
+        let p2 = translate(map, env.frames, &mut st.core, ev.addr + first, shift)?;
+        (first, p2)
+    } else {
+        (size, 0)
+    };
+    let t = env.t;
+    let mut walk_fp = 0;
+    let served = if ev.kind == TraceKind::Instr {
+        let served = fetch(st, env, ev.addr, paddr, first);
+        if split {
+            let b = fetch(st, env, ev.addr + first, p2, size - first);
+            if st.core.l1i.is_some() {
+                st.c.accesses -= 1;
+                st.c.l1i_accesses -= 1;
+            }
+            served.max(b)
+        } else {
+            served
+        }
+    } else {
+        let mut served = data(st, env, &mut walk_fp, ev.addr, paddr, first);
+        if split {
+            let b = data(st, env, &mut walk_fp, ev.addr + first, p2, size - first);
+            served = served.max(b);
+            st.c.l1d_accesses -= 1;
+        }
+        if served >= Served::Llc && ev.kind != TraceKind::Store && st.pmu.enabled {
+            let w = if served == Served::Mem { t.mem } else { t.llc };
+            let pa = (!env.identity).then_some(paddr);
+            st.pmu_event(t, ev.addr, pa, served, w);
+        }
+        served
+    };
+    Ok(walk_fp
+        + match served {
+            Served::L1 => t.l1,
+            Served::L2 => t.l2,
+            Served::Llc => t.llc,
+            Served::Mem => t.mem,
+        })
 }
 
 /// What a run of a trace process works with besides the process.
@@ -546,91 +569,12 @@ pub(super) fn open_trace(path: &PathBuf) -> Result<Box<dyn BufRead + Send>, SimE
         path: path.clone(),
         reason,
     })?;
-    Ok(Box::new(BufReader::with_capacity(1 << 20, f)))
+    // Small: both readers read into buffers of their own, larger than this one, and a
+    // BufReader hands such reads straight to the file once its buffer (the format's first
+    // bytes) is consumed, saving a copy of the whole trace.
+    Ok(Box::new(BufReader::with_capacity(1 << 14, f)))
 }
 
 #[cfg(test)]
-mod tests {
-    use super::super::{Machine, Source};
-    use super::*;
-    use crate::trace::BinaryWriter;
-    use rocs_core::{Placement, Remapper};
-
-    /// A program-like trace: a loop's fetches a few bytes apart, loads and stores on a
-    /// stack, a heap walked with strides, accesses straddling lines and pages, and a
-    /// stream larger than every LLC so that its lines go all the way down.
-    fn trace_file(dir: &std::path::Path) -> PathBuf {
-        let mut w = BinaryWriter::new(Vec::new());
-        let mut x = 0x2545_f491_4f6c_dd1du64;
-        let mut pc = 0x40_0000u64;
-        for i in 0..400_000u64 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            pc = if x.is_multiple_of(50) {
-                0x40_0000 + (x >> 40) % 0x8000
-            } else {
-                pc + 1 + x % 6
-            };
-            w.write(&TraceEvent {
-                kind: TraceKind::Instr,
-                addr: pc,
-                size: 1 + x % 7,
-            })
-            .unwrap();
-            let (kind, addr, size) = match (x >> 8) % 6 {
-                0 => (TraceKind::Load, 0x7ff0_0000 + (x >> 20) % 256 * 8, 8),
-                1 => (TraceKind::Store, 0x7ff0_0000 + (x >> 20) % 256 * 8, 8),
-                2 => (TraceKind::Modify, 0x1000_0000 + (i * 24) % (1 << 22), 16),
-                // Straddles lines, now and then a page.
-                3 => (TraceKind::Load, 0x2000_0000 + i * 61, 8),
-                4 => (TraceKind::Load, 0x4000_0000 + i * 64 % (160 << 20), 4),
-                _ => continue,
-            };
-            w.write(&TraceEvent { kind, addr, size }).unwrap();
-        }
-        let path = dir.join("t.rtrace");
-        std::fs::write(&path, w.finish().unwrap()).unwrap();
-        path
-    }
-
-    #[test]
-    fn skipping_repeated_lines_counts_what_the_full_path_counts() {
-        let dir = std::env::temp_dir().join(format!("rocs-replay-test-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = trace_file(&dir);
-        for machine in [
-            "ppc970fx",
-            "xeon-like",
-            "spr-like",
-            "zen4-like",
-            "neoverse-like",
-        ] {
-            let spec = MachineSpec::resolve(machine).unwrap();
-            let run = |skip: bool| {
-                let mut m = Machine::from_trace(&spec, TraceSpec::file(&path), 7).unwrap();
-                let Source::Trace(t) = &mut m.procs[0].source else {
-                    unreachable!()
-                };
-                t.skip_repeats = skip;
-                // Short windows (a migration costs some thousand cycles), and between
-                // them pages migrate (their lines leave the caches), the hot ones too.
-                let pid = m.pids()[0];
-                let mut window = 0;
-                while m.run_for_checked(50_000).unwrap() {
-                    let pages = m.pages(pid).unwrap();
-                    let moved = [pages[window % pages.len()], pages[pages.len() / 2]];
-                    let to = [Placement::Pollute, Placement::Restore][window % 2];
-                    m.migrate(pid, &moved, to).unwrap();
-                    window += 1;
-                }
-                (m.totals(), m.now())
-            };
-            let (full, skipped) = (run(false), run(true));
-            assert!(full.0.llc_misses > 0 && full.0.l1d_accesses > 300_000);
-            assert!(full.0.pages_migrated > 20, "{machine}");
-            assert_eq!(full, skipped, "{machine}");
-        }
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
-}
+#[path = "replay_tests.rs"]
+mod tests;

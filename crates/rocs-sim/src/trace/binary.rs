@@ -1,29 +1,38 @@
-//! rocs's compact binary trace format: the same events as a lackey trace in about a fifth of
-//! the bytes, read several times faster than text.
+//! rocs's compact binary trace format: the same events as a lackey trace in about an eighth of
+//! the bytes, read many times faster than text. Version 2 is written; versions 1 and 2 are
+//! read.
 //!
 //! ```text
 //! header, 16 bytes
 //!   0..8    magic: 89 52 4f 43 53 54 52 0a  ("\x89ROCSTR\n"; the first byte is not text,
 //!           so a reader tells it from a lackey trace by one byte)
-//!   8..12   version, u32 little-endian: 1
+//!   8..12   version, u32 little-endian: 1 or 2
 //!   12..16  flags, u32 little-endian: 0 (none defined; a reader refuses flags it does not know)
-//! one record per event
+//! one record per event; instruction fetches and data accesses are two streams, each with
+//! the address and the end (address + size) of its last event, both 0 at the start
+//! version 1
 //!   tag     one byte: kind | size_code << 2
 //!           kind: 0 instruction fetch, 1 load, 2 store, 3 modify (lackey's I, L, S, M)
 //!           size_code 1..=62: the access size in bytes; 63: the size follows as a varint
 //!   [size]  varint, only when size_code is 63
-//!   delta   varint, zigzag-encoded: address minus the previous address of the same stream
-//!           (instruction fetches and data accesses are two streams, each starting at 0),
+//!   delta   varint, zigzag-encoded: address minus the previous address of the same stream,
 //!           wrapping modulo 2^64
+//! version 2: the tag's high bit tells two records apart
+//!   sequential, one byte: 0x80 | kind | size << 2, size 1..=31: the event starts at the
+//!           end of its stream's last event (modulo 2^64)
+//!   other   tag kind | size_code << 2, size_code 1..=30: the size; 31: the size follows as
+//!           a varint; then [size] and delta as in version 1
 //! end record
 //!   tag 0x00, then the number of events as a varint; nothing may follow it
-//! tags 0x01..=0x03 are reserved
+//! tags 0x01..=0x03 are reserved, and in version 2 0x80..=0x83 too
 //! ```
 //!
 //! Varints are unsigned LEB128 (7 bits a byte, least significant first, high bit set on all
 //! but the last byte; at most 10 bytes). Zigzag maps a signed delta d to `(d << 1) ^ (d >> 63)`
 //! so that small negative deltas are small too. The end record lets a reader tell a
-//! complete trace from one whose writer stopped.
+//! complete trace from one whose writer stopped. Version 2's sequential record is one byte
+//! for most of a program's instruction fetches (straight-line code) and many of its data
+//! accesses (a structure walked field by field), decoded without a varint.
 
 use std::io::{Read, Write};
 
@@ -31,11 +40,17 @@ use super::{TraceEvent, TraceKind};
 use crate::error::SimError;
 
 pub const MAGIC: [u8; 8] = *b"\x89ROCSTR\n";
-pub const VERSION: u32 = 1;
+/// The version written.
+pub const VERSION: u32 = 2;
 const HEADER_LEN: usize = 16;
 const END_TAG: u8 = 0;
-/// Size code saying that the size follows as a varint.
-const SIZE_FOLLOWS: u8 = 63;
+/// Version 1: size code saying that the size follows as a varint.
+const V1_SIZE_FOLLOWS: u8 = 63;
+/// Version 2: the high bit of a sequential record's tag.
+const SEQUENTIAL: u8 = 0x80;
+/// Version 2: the largest size of a sequential record, and the size code of an other
+/// record whose size follows as a varint.
+const V2_SIZE_FOLLOWS: u8 = 31;
 /// Longest record: a tag and two 10-byte varints.
 const MAX_RECORD: usize = 21;
 const BUF_SIZE: usize = 1 << 18;
@@ -97,26 +112,93 @@ fn get_varint(buf: &[u8], i: &mut usize) -> Option<u64> {
     }
 }
 
+#[inline(always)]
+fn unzigzag(v: u64) -> u64 {
+    ((v >> 1) as i64 ^ -((v & 1) as i64)) as u64
+}
+
+/// The address and the end of the last event of each stream.
+#[derive(Clone, Copy, Default)]
+struct Streams {
+    prev: [u64; 2],
+    end: [u64; 2],
+}
+
+impl Streams {
+    #[inline(always)]
+    fn event(&mut self, kind: u8, addr: u64, size: u64) -> TraceEvent {
+        let s = stream(kind);
+        self.prev[s] = addr;
+        self.end[s] = addr.wrapping_add(size);
+        TraceEvent {
+            kind: KINDS[kind as usize],
+            addr,
+            size,
+        }
+    }
+}
+
+/// What [`BinaryReader::feed`] hands events to.
+pub trait EventSink {
+    /// Whether it takes another event.
+    fn wants(&self) -> bool;
+    /// Take one event; an error stops the feed (the event counts as read).
+    fn event(&mut self, ev: TraceEvent) -> Result<(), SimError>;
+}
+
+/// Collects events into a vector, up to `max`.
+struct Batch<'a> {
+    out: &'a mut Vec<TraceEvent>,
+    max: usize,
+}
+
+impl EventSink for Batch<'_> {
+    #[inline(always)]
+    fn wants(&self) -> bool {
+        self.out.len() < self.max
+    }
+
+    #[inline(always)]
+    fn event(&mut self, ev: TraceEvent) -> Result<(), SimError> {
+        self.out.push(ev);
+        Ok(())
+    }
+}
+
 /// Writes events in the binary format; [`BinaryWriter::finish`] writes the end record.
 pub struct BinaryWriter<W: Write> {
     out: W,
+    version: u32,
     buf: Vec<u8>,
-    prev: [u64; 2],
+    streams: Streams,
     events: u64,
 }
 
 impl<W: Write> BinaryWriter<W> {
+    /// A writer of the current version.
     pub fn new(out: W) -> Self {
+        Self::with_version(out, VERSION).expect("the current version")
+    }
+
+    /// A writer of `version` (1 or 2: old traces are made to test that they still replay).
+    pub fn with_version(out: W, version: u32) -> std::io::Result<Self> {
+        if !(1..=VERSION).contains(&version) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("no binary trace version {version}; there are 1 to {VERSION}"),
+            ));
+        }
         let mut buf = Vec::with_capacity(BUF_SIZE + MAX_RECORD);
         buf.extend_from_slice(&MAGIC);
-        buf.extend_from_slice(&VERSION.to_le_bytes());
+        buf.extend_from_slice(&version.to_le_bytes());
         buf.extend_from_slice(&0u32.to_le_bytes());
-        BinaryWriter {
+        Ok(BinaryWriter {
             out,
+            version,
             buf,
-            prev: [0; 2],
+            streams: Streams::default(),
             events: 0,
-        }
+        })
     }
 
     /// Events written so far.
@@ -132,16 +214,26 @@ impl<W: Write> BinaryWriter<W> {
             ));
         }
         let kind = kind_code(ev.kind);
-        if ev.size < SIZE_FOLLOWS as u64 {
-            self.buf.push(kind | (ev.size as u8) << 2);
-        } else {
-            self.buf.push(kind | SIZE_FOLLOWS << 2);
-            put_varint(&mut self.buf, ev.size);
-        }
         let s = stream(kind);
-        let delta = ev.addr.wrapping_sub(self.prev[s]) as i64;
-        put_varint(&mut self.buf, ((delta << 1) ^ (delta >> 63)) as u64);
-        self.prev[s] = ev.addr;
+        let size_follows = if self.version == 1 {
+            V1_SIZE_FOLLOWS
+        } else {
+            V2_SIZE_FOLLOWS
+        };
+        if self.version >= 2 && ev.addr == self.streams.end[s] && ev.size <= V2_SIZE_FOLLOWS as u64
+        {
+            self.buf.push(SEQUENTIAL | kind | (ev.size as u8) << 2);
+        } else {
+            if ev.size < size_follows as u64 {
+                self.buf.push(kind | (ev.size as u8) << 2);
+            } else {
+                self.buf.push(kind | size_follows << 2);
+                put_varint(&mut self.buf, ev.size);
+            }
+            let delta = ev.addr.wrapping_sub(self.streams.prev[s]) as i64;
+            put_varint(&mut self.buf, ((delta << 1) ^ (delta >> 63)) as u64);
+        }
+        self.streams.event(kind, ev.addr, ev.size);
         self.events += 1;
         if self.buf.len() >= BUF_SIZE {
             self.out.write_all(&self.buf)?;
@@ -163,13 +255,14 @@ impl<W: Write> BinaryWriter<W> {
 /// Reads a binary trace as a stream of events.
 pub struct BinaryReader<R> {
     input: R,
+    version: u32,
     buf: Box<[u8]>,
     pos: usize,
     end: usize,
     eof: bool,
     /// Offset in the input of `buf[0]`.
     base: u64,
-    prev: [u64; 2],
+    streams: Streams,
     events: u64,
     ended: bool,
 }
@@ -179,12 +272,13 @@ impl<R: Read> BinaryReader<R> {
     pub fn new(input: R) -> Result<Self, SimError> {
         let mut r = BinaryReader {
             input,
+            version: 0,
             buf: vec![0; BUF_SIZE].into_boxed_slice(),
             pos: 0,
             end: 0,
             eof: false,
             base: 0,
-            prev: [0; 2],
+            streams: Streams::default(),
             events: 0,
             ended: false,
         };
@@ -195,10 +289,10 @@ impl<R: Read> BinaryReader<R> {
         }
         let version = u32::from_le_bytes(header[8..12].try_into().expect("4 bytes"));
         let flags = u32::from_le_bytes(header[12..16].try_into().expect("4 bytes"));
-        if version != VERSION {
+        if !(1..=VERSION).contains(&version) {
             return Err(r.error(
                 8,
-                format!("version {version}; this rocs reads version {VERSION}"),
+                format!("version {version}; this rocs reads versions 1 to {VERSION}"),
             ));
         }
         if flags != 0 {
@@ -207,8 +301,14 @@ impl<R: Read> BinaryReader<R> {
                 format!("unknown flags {flags:#x}; this rocs knows none"),
             ));
         }
+        r.version = version;
         r.pos = HEADER_LEN;
         Ok(r)
+    }
+
+    /// The format version of the trace.
+    pub fn version(&self) -> u32 {
+        self.version
     }
 
     /// Events read so far.
@@ -237,88 +337,132 @@ impl<R: Read> BinaryReader<R> {
                 ))
             };
         };
+        let v2 = self.version >= 2;
         let mut i = start + 1;
         let kind = tag & 3;
-        let size = match tag >> 2 {
-            0 => return self.end_record(tag),
-            SIZE_FOLLOWS => get_varint(buf, &mut i),
-            code => Some(code as u64),
+        let (size_code, size_follows) = if v2 {
+            (tag >> 2 & 0x1f, V2_SIZE_FOLLOWS)
+        } else {
+            (tag >> 2, V1_SIZE_FOLLOWS)
         };
-        let delta = get_varint(buf, &mut i);
-        let (Some(size), Some(delta)) = (size, delta) else {
-            return Err(self.error(
-                start,
-                "a record cut short or with a varint over 10 bytes".into(),
-            ));
-        };
-        if size == 0 {
-            return Err(self.error(start, "an access of 0 bytes".into()));
+        if size_code == 0 {
+            return self.special_record(tag);
         }
+        let ev = if v2 && tag & SEQUENTIAL != 0 {
+            let addr = self.streams.end[stream(kind)];
+            self.streams.event(kind, addr, size_code as u64)
+        } else {
+            let size = if size_code == size_follows {
+                get_varint(buf, &mut i)
+            } else {
+                Some(size_code as u64)
+            };
+            let delta = get_varint(buf, &mut i);
+            let (Some(size), Some(delta)) = (size, delta) else {
+                return Err(self.error(
+                    start,
+                    "a record cut short or with a varint over 10 bytes".into(),
+                ));
+            };
+            if size == 0 {
+                return Err(self.error(start, "an access of 0 bytes".into()));
+            }
+            let addr = self.streams.prev[stream(kind)].wrapping_add(unzigzag(delta));
+            self.streams.event(kind, addr, size)
+        };
         self.pos = i;
-        let s = stream(kind);
-        let delta = (delta >> 1) as i64 ^ -((delta & 1) as i64);
-        let addr = self.prev[s].wrapping_add(delta as u64);
-        self.prev[s] = addr;
         self.events += 1;
-        Ok(Some(TraceEvent {
-            kind: KINDS[kind as usize],
-            addr,
-            size,
-        }))
+        Ok(Some(ev))
     }
 
     /// Append the next events to `out` until it holds `max` (fewer at the end of the trace).
-    /// Records that lie wholly in the buffer and carry their size in the tag (nearly all)
-    /// are decoded in one tight loop; the rest go through [`BinaryReader::next_event`].
     pub fn next_batch(&mut self, out: &mut Vec<TraceEvent>, max: usize) -> Result<(), SimError> {
-        while out.len() < max {
+        self.feed(&mut Batch { out, max })?;
+        Ok(())
+    }
+
+    /// Decode events and hand them to `sink` while it wants more; false when the trace is
+    /// over. Records that lie wholly in the buffer and carry their size in the tag (nearly
+    /// all) are decoded in one tight loop that the compiler fuses with `sink`'s; the rest go
+    /// through [`BinaryReader::next_event`]. Inlined, so that `sink`'s fields can live in
+    /// registers.
+    #[inline(always)]
+    pub fn feed<S: EventSink>(&mut self, sink: &mut S) -> Result<bool, SimError> {
+        loop {
+            if !sink.wants() {
+                return Ok(true);
+            }
             if self.end - self.pos < MAX_RECORD && !self.eof {
                 self.refill()?;
             }
-            // Below `safe_end` a whole record of the longest kind is buffered.
-            let safe_end = self.end.saturating_sub(MAX_RECORD);
-            let buf = &self.buf[..self.end];
-            let mut i = self.pos;
-            let mut prev = self.prev;
-            let before = out.len();
-            while i < safe_end && out.len() < max {
-                let tag = buf[i];
+            if self.version >= 2 {
+                self.feed_plain::<true, S>(sink)?;
+            } else {
+                self.feed_plain::<false, S>(sink)?;
+            }
+            if !sink.wants() {
+                return Ok(true);
+            }
+            // Near the buffer's end, or a record of another kind: one at a time.
+            match self.next_event()? {
+                Some(ev) => sink.event(ev)?,
+                None => return Ok(false),
+            }
+        }
+    }
+
+    /// Hand `sink` events of plain records of version 2 (`V2`) or 1 while it wants them,
+    /// until the buffer may end inside the next record or the next record is not plain (an
+    /// end or reserved tag, a size in a varint, a varint over 10 bytes).
+    #[inline(always)]
+    fn feed_plain<const V2: bool, S: EventSink>(&mut self, sink: &mut S) -> Result<(), SimError> {
+        // Below `safe_end` a whole record of the longest kind is buffered.
+        let safe_end = self.end.saturating_sub(MAX_RECORD);
+        let buf = &self.buf[..self.end];
+        let mut i = self.pos;
+        let mut streams = self.streams;
+        let mut events = 0;
+        let mut result = Ok(());
+        while i < safe_end && sink.wants() {
+            let tag = buf[i];
+            let kind = tag & 3;
+            let ev = if V2 && tag & SEQUENTIAL != 0 {
+                let size = (tag >> 2 & 0x1f) as u64;
+                if size == 0 {
+                    break;
+                }
+                i += 1;
+                let addr = streams.end[stream(kind)];
+                streams.event(kind, addr, size)
+            } else {
                 let code = tag >> 2;
-                if code == 0 || code == SIZE_FOLLOWS {
+                let size_follows = if V2 { V2_SIZE_FOLLOWS } else { V1_SIZE_FOLLOWS };
+                if code == 0 || code == size_follows {
                     break;
                 }
                 let mut j = i + 1;
-                // A varint over 10 bytes: left to next_event to report.
                 let Some(delta) = get_varint(buf, &mut j) else {
                     break;
                 };
                 i = j;
-                let kind = tag & 3;
-                let s = stream(kind);
-                let delta = (delta >> 1) as i64 ^ -((delta & 1) as i64);
-                prev[s] = prev[s].wrapping_add(delta as u64);
-                out.push(TraceEvent {
-                    kind: KINDS[kind as usize],
-                    addr: prev[s],
-                    size: code as u64,
-                });
-            }
-            self.pos = i;
-            self.prev = prev;
-            self.events += (out.len() - before) as u64;
-            if out.len() < max {
-                // Near the buffer's end, or a record of another kind: one at a time.
-                match self.next_event()? {
-                    Some(ev) => out.push(ev),
-                    None => break,
-                }
+                let addr = streams.prev[stream(kind)].wrapping_add(unzigzag(delta));
+                streams.event(kind, addr, code as u64)
+            };
+            events += 1;
+            if let Err(e) = sink.event(ev) {
+                result = Err(e);
+                break;
             }
         }
-        Ok(())
+        self.pos = i;
+        self.streams = streams;
+        self.events += events;
+        result
     }
 
+    /// The end record, or a reserved tag.
     #[cold]
-    fn end_record(&mut self, tag: u8) -> Result<Option<TraceEvent>, SimError> {
+    fn special_record(&mut self, tag: u8) -> Result<Option<TraceEvent>, SimError> {
         let start = self.pos;
         if tag != END_TAG {
             return Err(self.error(start, format!("reserved tag {tag:#04x}")));
@@ -379,186 +523,5 @@ impl<R: Read> BinaryReader<R> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn ev(kind: TraceKind, addr: u64, size: u64) -> TraceEvent {
-        TraceEvent { kind, addr, size }
-    }
-
-    fn encode(events: &[TraceEvent]) -> Vec<u8> {
-        let mut w = BinaryWriter::new(Vec::new());
-        for e in events {
-            w.write(e).unwrap();
-        }
-        w.finish().unwrap()
-    }
-
-    fn decode(bytes: &[u8]) -> Result<Vec<TraceEvent>, SimError> {
-        let mut r = BinaryReader::new(bytes)?;
-        let mut got = Vec::new();
-        while let Some(e) = r.next_event()? {
-            got.push(e);
-        }
-        assert_eq!(r.next_event().unwrap(), None, "stays at the end");
-        Ok(got)
-    }
-
-    #[test]
-    fn the_bytes_are_the_documented_ones() {
-        let bytes = encode(&[
-            ev(TraceKind::Instr, 0x400000, 4),
-            ev(TraceKind::Load, 0x1000, 8),
-            ev(TraceKind::Load, 0xff8, 8),
-            ev(TraceKind::Modify, 0x1000, 64),
-        ]);
-        let mut want = b"\x89ROCSTR\n\x01\0\0\0\0\0\0\0".to_vec();
-        // I, size 4: tag 0 | 4 << 2; delta +0x400000 zigzag 0x800000 = varint 80 80 80 04.
-        want.extend([0x10, 0x80, 0x80, 0x80, 0x04]);
-        // L, size 8: tag 1 | 8 << 2; data stream delta +0x1000, zigzag 0x2000 = 80 40.
-        want.extend([0x21, 0x80, 0x40]);
-        // L, delta -8: zigzag 15.
-        want.extend([0x21, 0x0f]);
-        // M, size 64 does not fit the tag: code 63, size varint 64, delta +8 zigzag 16.
-        want.extend([0xff, 0x40, 0x10]);
-        // End record: 4 events.
-        want.extend([0x00, 0x04]);
-        assert_eq!(bytes, want);
-    }
-
-    #[test]
-    fn round_trips_extreme_addresses_and_sizes() {
-        let events = vec![
-            ev(TraceKind::Instr, u64::MAX, 1),
-            ev(TraceKind::Store, 0, 62),
-            ev(TraceKind::Load, u64::MAX, 63),
-            ev(TraceKind::Instr, 0, u64::MAX),
-            ev(TraceKind::Modify, 1 << 63, 512),
-            ev(TraceKind::Load, 0x7fff_ffff_ffff_ffff, 4),
-        ];
-        assert_eq!(decode(&encode(&events)).unwrap(), events);
-    }
-
-    #[test]
-    fn round_trips_across_buffer_refills() {
-        let events: Vec<_> = (0..200_000u64)
-            .map(|i| {
-                let kind = KINDS[(i % 4) as usize];
-                ev(
-                    kind,
-                    i.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (i % 40),
-                    1 + i % 70,
-                )
-            })
-            .collect();
-        let bytes = encode(&events);
-        assert!(
-            bytes.len() > 2 * BUF_SIZE,
-            "several buffers: {}",
-            bytes.len()
-        );
-        assert_eq!(decode(&bytes).unwrap(), events);
-    }
-
-    /// Every event by batches of `max`, then the error if any.
-    fn decode_batches(bytes: &[u8], max: usize) -> (Vec<TraceEvent>, Option<String>) {
-        let mut r = BinaryReader::new(bytes).unwrap();
-        let (mut got, mut batch) = (Vec::new(), Vec::new());
-        loop {
-            batch.clear();
-            if let Err(e) = r.next_batch(&mut batch, max) {
-                got.extend(&batch);
-                return (got, Some(e.to_string()));
-            }
-            if batch.is_empty() {
-                return (got, None);
-            }
-            assert!(batch.len() <= max);
-            got.extend(&batch);
-        }
-    }
-
-    #[test]
-    fn batches_decode_what_single_events_do() {
-        // Sizes over 62 (a size varint: the batch loop hands those to next_event), records
-        // across buffer refills, and the end record.
-        let events: Vec<_> = (0..150_000u64)
-            .map(|i| {
-                ev(
-                    KINDS[(i % 4) as usize],
-                    i.wrapping_mul(0x9e37_79b9) >> (i % 30),
-                    1 + i % 70,
-                )
-            })
-            .collect();
-        let bytes = encode(&events);
-        for max in [1, 7, 4096] {
-            assert_eq!(
-                decode_batches(&bytes, max),
-                (events.clone(), None),
-                "batches of {max}"
-            );
-        }
-        // A cut trace: the events before the cut, then the error next_event gives.
-        let cut = &bytes[..bytes.len() - 5];
-        let mut r = BinaryReader::new(cut).unwrap();
-        let single = loop {
-            match r.next_event() {
-                Ok(Some(_)) => {}
-                Ok(None) => panic!("a cut trace ends with an error"),
-                Err(e) => break e.to_string(),
-            }
-        };
-        let (got, err) = decode_batches(cut, 4096);
-        assert_eq!(err.as_deref(), Some(single.as_str()));
-        assert_eq!(got[..], events[..got.len()]);
-    }
-
-    #[test]
-    fn bad_input_is_refused_with_its_offset() {
-        let good = encode(&[
-            ev(TraceKind::Load, 0x1000, 8),
-            ev(TraceKind::Store, 0x2000, 8),
-        ]);
-        let cases: Vec<(Vec<u8>, &str)> = vec![
-            (b"I  1000,4\n".to_vec(), "byte 0: not a rocs binary trace"),
-            (good[..10].to_vec(), "byte 0: not a rocs binary trace"),
-            (
-                [&MAGIC[..], &2u32.to_le_bytes(), &[0; 4]].concat(),
-                "byte 8: version 2",
-            ),
-            (
-                [&MAGIC[..], &1u32.to_le_bytes(), &[1, 0, 0, 0]].concat(),
-                "byte 12: unknown flags 0x1",
-            ),
-            (
-                good[..good.len() - 2].to_vec(),
-                "byte 22: the trace stops after 2 events without its end record",
-            ),
-            (
-                good[..good.len() - 3].to_vec(),
-                "byte 19: a record cut short",
-            ),
-            (
-                [&good[..16], &[0x02]].concat(),
-                "byte 16: reserved tag 0x02",
-            ),
-            (
-                [&good[..22], &[0x00, 0x05]].concat(),
-                "byte 22: the end record counts 5 events but the trace holds 2",
-            ),
-            (
-                [&good[..], &[0x10]].concat(),
-                "byte 24: bytes after the end record",
-            ),
-            (
-                [&good[..16], &[0x21], &[0xff; 11]].concat(),
-                "byte 16: a record cut short or with a varint over 10 bytes",
-            ),
-        ];
-        for (bytes, want) in cases {
-            let e = decode(&bytes).unwrap_err().to_string();
-            assert!(e.contains(want), "want {want:?}, got {e:?}");
-        }
-    }
-}
+#[path = "binary_tests.rs"]
+mod tests;

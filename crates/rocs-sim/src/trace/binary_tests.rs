@@ -1,0 +1,264 @@
+//! Tests of the binary trace format (`binary.rs`): the documented bytes of both versions,
+//! round trips, batches, and every kind of damage.
+
+use super::*;
+
+fn ev(kind: TraceKind, addr: u64, size: u64) -> TraceEvent {
+    TraceEvent { kind, addr, size }
+}
+
+fn encode_version(events: &[TraceEvent], version: u32) -> Vec<u8> {
+    let mut w = BinaryWriter::with_version(Vec::new(), version).unwrap();
+    for e in events {
+        w.write(e).unwrap();
+    }
+    w.finish().unwrap()
+}
+
+fn encode(events: &[TraceEvent]) -> Vec<u8> {
+    encode_version(events, VERSION)
+}
+
+fn decode(bytes: &[u8]) -> Result<Vec<TraceEvent>, SimError> {
+    let mut r = BinaryReader::new(bytes)?;
+    let mut got = Vec::new();
+    while let Some(e) = r.next_event()? {
+        got.push(e);
+    }
+    assert_eq!(r.next_event().unwrap(), None, "stays at the end");
+    Ok(got)
+}
+
+#[test]
+fn the_bytes_of_version_1_are_the_documented_ones() {
+    let bytes = encode_version(
+        &[
+            ev(TraceKind::Instr, 0x400000, 4),
+            ev(TraceKind::Load, 0x1000, 8),
+            ev(TraceKind::Load, 0xff8, 8),
+            ev(TraceKind::Modify, 0x1000, 64),
+        ],
+        1,
+    );
+    let mut want = b"\x89ROCSTR\n\x01\0\0\0\0\0\0\0".to_vec();
+    // I, size 4: tag 0 | 4 << 2; delta +0x400000 zigzag 0x800000 = varint 80 80 80 04.
+    want.extend([0x10, 0x80, 0x80, 0x80, 0x04]);
+    // L, size 8: tag 1 | 8 << 2; data stream delta +0x1000, zigzag 0x2000 = 80 40.
+    want.extend([0x21, 0x80, 0x40]);
+    // L, delta -8: zigzag 15.
+    want.extend([0x21, 0x0f]);
+    // M, size 64 does not fit the tag: code 63, size varint 64, delta +8 zigzag 16.
+    want.extend([0xff, 0x40, 0x10]);
+    // End record: 4 events.
+    want.extend([0x00, 0x04]);
+    assert_eq!(bytes, want);
+    assert_eq!(BinaryReader::new(&bytes[..]).unwrap().version(), 1);
+}
+
+#[test]
+fn the_bytes_of_version_2_are_the_documented_ones() {
+    let bytes = encode(&[
+        ev(TraceKind::Instr, 0x400000, 4),
+        ev(TraceKind::Instr, 0x400004, 3),
+        ev(TraceKind::Load, 0x1000, 8),
+        ev(TraceKind::Load, 0x1008, 8),
+        ev(TraceKind::Store, 0x1000, 8),
+        ev(TraceKind::Modify, 0x1000, 64),
+        ev(TraceKind::Store, 0x1040, 32),
+    ]);
+    let mut want = b"\x89ROCSTR\n\x02\0\0\0\0\0\0\0".to_vec();
+    // I, size 4, not at the stream's end (0): tag 0 | 4 << 2; delta +0x400000 zigzag
+    // 0x800000 = varint 80 80 80 04.
+    want.extend([0x10, 0x80, 0x80, 0x80, 0x04]);
+    // I at the end of the last fetch (0x400004), size 3: sequential, 0x80 | 0 | 3 << 2.
+    want.push(0x8c);
+    // L, size 8: tag 1 | 8 << 2; data stream delta +0x1000, zigzag 0x2000 = 80 40.
+    want.extend([0x21, 0x80, 0x40]);
+    // L at the end of the last data access: sequential, 0x80 | 1 | 8 << 2.
+    want.push(0xa1);
+    // S back to 0x1000: tag 2 | 8 << 2, delta -8 from the last address, zigzag 15.
+    want.extend([0x22, 0x0f]);
+    // M, size 64 over 30: code 31, size varint 64, delta 0.
+    want.extend([0x7f, 0x40, 0x00]);
+    // S at the stream's end but 32 bytes, too large for a sequential record: code 31,
+    // size 32, delta +0x40 zigzag 0x80 = 80 01.
+    want.extend([0x7e, 0x20, 0x80, 0x01]);
+    // End record: 7 events.
+    want.extend([0x00, 0x07]);
+    assert_eq!(bytes, want);
+    assert_eq!(BinaryReader::new(&bytes[..]).unwrap().version(), 2);
+}
+
+#[test]
+fn round_trips_extreme_addresses_and_sizes() {
+    let events = vec![
+        ev(TraceKind::Instr, u64::MAX, 1),
+        // Sequential across the wrap of the address space.
+        ev(TraceKind::Instr, 0, 31),
+        ev(TraceKind::Store, 0, 62),
+        ev(TraceKind::Load, u64::MAX, 63),
+        ev(TraceKind::Instr, 0, u64::MAX),
+        ev(TraceKind::Modify, 1 << 63, 512),
+        ev(TraceKind::Load, 0x7fff_ffff_ffff_ffff, 4),
+        ev(TraceKind::Store, 0x8000_0000_0000_0003, 30),
+    ];
+    for version in [1, 2] {
+        let bytes = encode_version(&events, version);
+        assert_eq!(decode(&bytes).unwrap(), events, "version {version}");
+    }
+}
+
+/// Events of every kind and many sizes, sequential ones among them, with the
+/// pseudo-random addresses `addr(i)`.
+fn mixed_events(n: u64, addr: impl Fn(u64) -> u64) -> Vec<TraceEvent> {
+    let mut events: Vec<TraceEvent> = Vec::new();
+    for i in 0..n {
+        let kind = KINDS[(i % 4) as usize];
+        let size = 1 + i % 70;
+        let same_stream = events
+            .iter()
+            .rev()
+            .find(|e| stream(kind_code(e.kind)) == stream(kind_code(kind)));
+        let addr = match same_stream {
+            Some(last) if i % 3 == 0 => last.addr.wrapping_add(last.size),
+            _ => addr(i),
+        };
+        events.push(ev(kind, addr, size));
+    }
+    events
+}
+
+#[test]
+fn round_trips_across_buffer_refills() {
+    let events = mixed_events(200_000, |i| {
+        i.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (i % 40)
+    });
+    for version in [1, 2] {
+        let bytes = encode_version(&events, version);
+        assert!(
+            bytes.len() > 2 * BUF_SIZE,
+            "several buffers: {}",
+            bytes.len()
+        );
+        assert_eq!(decode(&bytes).unwrap(), events, "version {version}");
+    }
+}
+
+/// Every event by batches of `max`, then the error if any.
+fn decode_batches(bytes: &[u8], max: usize) -> (Vec<TraceEvent>, Option<String>) {
+    let mut r = BinaryReader::new(bytes).unwrap();
+    let (mut got, mut batch) = (Vec::new(), Vec::new());
+    loop {
+        batch.clear();
+        if let Err(e) = r.next_batch(&mut batch, max) {
+            got.extend(&batch);
+            return (got, Some(e.to_string()));
+        }
+        if batch.is_empty() {
+            return (got, None);
+        }
+        assert!(batch.len() <= max);
+        got.extend(&batch);
+    }
+}
+
+#[test]
+fn batches_decode_what_single_events_do() {
+    // Sizes in varints (the batch loop hands those to next_event), sequential records,
+    // records across buffer refills, and the end record.
+    let events = mixed_events(150_000, |i| i.wrapping_mul(0x9e37_79b9) >> (i % 30));
+    for version in [1, 2] {
+        let bytes = encode_version(&events, version);
+        for max in [1, 7, 4096] {
+            assert_eq!(
+                decode_batches(&bytes, max),
+                (events.clone(), None),
+                "version {version}, batches of {max}"
+            );
+        }
+        // A cut trace: the events before the cut, then the error next_event gives.
+        let cut = &bytes[..bytes.len() - 5];
+        let mut r = BinaryReader::new(cut).unwrap();
+        let single = loop {
+            match r.next_event() {
+                Ok(Some(_)) => {}
+                Ok(None) => panic!("a cut trace ends with an error"),
+                Err(e) => break e.to_string(),
+            }
+        };
+        let (got, err) = decode_batches(cut, 4096);
+        assert_eq!(err.as_deref(), Some(single.as_str()), "version {version}");
+        assert_eq!(got[..], events[..got.len()]);
+    }
+}
+
+#[test]
+fn bad_input_is_refused_with_its_offset() {
+    let two = [
+        ev(TraceKind::Load, 0x1000, 8),
+        ev(TraceKind::Store, 0x2000, 8),
+    ];
+    let (v1, v2) = (encode_version(&two, 1), encode(&two));
+    assert_eq!(
+        v1[16..],
+        v2[16..],
+        "neither event is sequential: the same records"
+    );
+    let header = |version: u32| [&MAGIC[..], &version.to_le_bytes(), &[0; 4]].concat();
+    let cases: Vec<(Vec<u8>, &str)> = vec![
+        (b"I  1000,4\n".to_vec(), "byte 0: not a rocs binary trace"),
+        (v2[..10].to_vec(), "byte 0: not a rocs binary trace"),
+        (
+            header(0),
+            "byte 8: version 0; this rocs reads versions 1 to 2",
+        ),
+        (header(3), "byte 8: version 3"),
+        (
+            [&MAGIC[..], &1u32.to_le_bytes(), &[1, 0, 0, 0]].concat(),
+            "byte 12: unknown flags 0x1",
+        ),
+        (
+            v2[..v2.len() - 2].to_vec(),
+            "byte 22: the trace stops after 2 events without its end record",
+        ),
+        (v2[..v2.len() - 3].to_vec(), "byte 19: a record cut short"),
+        ([&v2[..16], &[0x02]].concat(), "byte 16: reserved tag 0x02"),
+        (
+            [&header(2)[..], &[0x83]].concat(),
+            "byte 16: reserved tag 0x83",
+        ),
+        (
+            [&v2[..22], &[0x00, 0x05]].concat(),
+            "byte 22: the end record counts 5 events but the trace holds 2",
+        ),
+        (
+            [&v2[..], &[0x10]].concat(),
+            "byte 24: bytes after the end record",
+        ),
+        (
+            [&v2[..16], &[0x21], &[0xff; 11]].concat(),
+            "byte 16: a record cut short or with a varint over 10 bytes",
+        ),
+        (
+            [&header(2)[..], &[0x7d, 0x00, 0x00]].concat(),
+            "byte 16: an access of 0 bytes",
+        ),
+    ];
+    for (bytes, want) in cases {
+        let e = decode(&bytes).unwrap_err().to_string();
+        assert!(e.contains(want), "want {want:?}, got {e:?}");
+    }
+    // In version 1, 0x83 is a modify of 32 bytes.
+    let m = [&header(1)[..], &[0x83, 0x00, 0x00, 0x01]].concat();
+    assert_eq!(decode(&m).unwrap(), vec![ev(TraceKind::Modify, 0, 32)]);
+}
+
+#[test]
+fn a_writer_of_an_unknown_version_is_refused() {
+    for version in [0, 3] {
+        let Err(e) = BinaryWriter::with_version(Vec::new(), version) else {
+            panic!("version {version} accepted")
+        };
+        assert!(e.to_string().contains("there are 1 to 2"), "{e}");
+    }
+}
