@@ -33,6 +33,19 @@ pub(super) struct PhaseMemory {
     baseline_ipc: f64,
 }
 
+/// Windows at k = 0, before any move, that the search measures to judge its own scatter
+/// when the profile's windows say it is too noisy (see `Controller::scatter_verdict`).
+const UNMOVED_WINDOWS: usize = 4;
+
+/// Whether a search can tell its promise from the scatter of its windows.
+enum Scatter {
+    Quiet,
+    /// Measure k = 0 again before judging.
+    Unsure,
+    /// Too noisy: the smallest relative gain the windows could tell.
+    TooNoisy(f64),
+}
+
 /// What a search in progress needs besides the [`Search`] itself.
 #[derive(Clone, Debug, Default)]
 pub(super) struct SearchRun {
@@ -276,12 +289,13 @@ impl Controller {
             }
             None => match search.next_step() {
                 Next::Measure(k) if k > 0 && run.moved_at.is_none() => {
-                    match self.too_noisy_to_search() {
-                        Some(resolvable) => {
+                    match self.scatter_verdict() {
+                        Scatter::TooNoisy(resolvable) => {
                             self.run_mut().expect("searching").too_noisy = Some(resolvable);
                             Next::Done(0)
                         }
-                        None => Next::Measure(k),
+                        Scatter::Unsure => Next::Measure(0),
+                        Scatter::Quiet => Next::Measure(k),
                     }
                 }
                 // A probe once the search has cost more than the promise could win back
@@ -419,26 +433,40 @@ impl Controller {
         words
     }
 
-    /// Before the first move: the smallest relative gain the search could tell from the
-    /// scatter of the windows so far, if that is more than the profile promises. A search
-    /// sees a gain only through its windows' IPC; where it could tell only gains larger
-    /// than the promise (the share of loads that could turn from misses into hits, which
-    /// bounds the relative gain of every workload we have measured), it would move pages
-    /// and learn nothing. Real programs' request mixes scatter a window's IPC by tens of
-    /// percent, the built-in workloads by about 1%. A search for other targets' gain (the
-    /// promise under `min_promise`) is not judged by it.
-    fn too_noisy_to_search(&self) -> Option<f64> {
-        let promise = self.promise?;
+    /// Before the first move: whether the windows so far scatter too much for the search
+    /// to tell the gain the profile promises. A search sees a gain only through its
+    /// windows' IPC; where it could tell only gains larger than the promise (the share of
+    /// loads that could turn from misses into hits, which bounds the relative gain of
+    /// every workload we have measured), it would move pages and learn nothing. Real
+    /// programs' request mixes scatter a window's IPC by tens of percent, the built-in
+    /// workloads by about 1%. The profile's windows and the search's are judged first;
+    /// if they say noisy, the verdict rests on the search's own k = 0 windows alone (a
+    /// profile window can be odd for reasons of its own: rocsd's first one straddles the
+    /// start of sampling), measured until there are `UNMOVED_WINDOWS`. A search for other
+    /// targets' gain (the promise under `min_promise`) is not judged by it.
+    fn scatter_verdict(&self) -> Scatter {
+        let (Some(promise), Some(run)) = (self.promise, self.run_mut_ref()) else {
+            return Scatter::Quiet;
+        };
         if promise < self.knobs.min_promise {
-            return None;
+            return Scatter::Quiet;
         }
-        let run = self.run_mut_ref()?;
+        let repeats = self.knobs.search_max_repeats;
         let groups = [run.profile_ipcs.as_slice(), run.unmoved.as_slice()];
-        resolvable_gain(&groups, self.knobs.search_max_repeats).filter(|&r| r > promise)
+        if resolvable_gain(&groups, repeats).is_none_or(|r| r <= promise) {
+            return Scatter::Quiet;
+        }
+        if run.unmoved.len() < UNMOVED_WINDOWS {
+            return Scatter::Unsure;
+        }
+        match resolvable_gain(&[run.unmoved.as_slice()], repeats) {
+            Some(r) if r > promise => Scatter::TooNoisy(r),
+            _ => Scatter::Quiet,
+        }
     }
 
     /// What the attempt has cost, if that is more than the promise (the largest relative
-    /// gain we expect; see [`Controller::too_noisy_to_search`]) could win back. A search
+    /// gain we expect; see [`Controller::scatter_verdict`]) could win back. A search
     /// whose probes gain pays for itself as it goes: a probe faster than k = 0 counts
     /// against the cost.
     fn over_what_it_could_win(&self) -> Option<f64> {
