@@ -441,8 +441,9 @@ impl Controller {
     /// programs' request mixes scatter a window's IPC by tens of percent, the built-in
     /// workloads by about 1%. The profile's windows and the search's are judged first;
     /// if they say noisy, the verdict rests on the search's own k = 0 windows alone (a
-    /// profile window can be odd for reasons of its own: rocsd's first one straddles the
-    /// start of sampling), measured until there are `UNMOVED_WINDOWS`. A search for other
+    /// profile window can be odd for reasons of its own: under rocsd on the simulated
+    /// platform one was, while the search's two k = 0 windows read the same IPC), measured
+    /// until there are `UNMOVED_WINDOWS`. A search for other
     /// targets' gain (the promise under `min_promise`) is not judged by it.
     fn scatter_verdict(&self) -> Scatter {
         let (Some(promise), Some(run)) = (self.promise, self.run_mut_ref()) else {
