@@ -88,6 +88,24 @@ fn a_program_whose_windows_scatter_more_than_it_could_gain_moves_no_page() {
     }
 }
 
+/// An adaptive search run to Steady where each page moved costs 2% of a window.
+fn with_costly_moves(classes: Vec<Class>, seed: u64) -> Harness {
+    let knobs = rocs_core::Knobs {
+        migration_cost_cycles: 20_000_000,
+        ..knobs(SearchMode::Adaptive)
+    };
+    let mut d = Harness::new(knobs, World::new(classes, 0.01, seed));
+    d.run_until_steady(200);
+    d
+}
+
+/// The search ended early because of what it had cost.
+fn ended_early(d: &Harness) -> bool {
+    d.ctrl.history().any(|e| {
+        matches!(&e.kind, EventKind::Transition { reason, .. } if reason.contains("ended early"))
+    })
+}
+
 #[test]
 fn a_search_that_has_cost_more_than_its_promise_could_win_back_stops() {
     // Each page moved costs 2% of a window, nothing gains, and the search starts a few
@@ -95,12 +113,7 @@ fn a_search_that_has_cost_more_than_its_promise_could_win_back_stops() {
     // than the promise (~23%) could win back over as many windows again. Without the stop
     // the coarse pass goes on to larger k.
     for seed in 1..6 {
-        let knobs = rocs_core::Knobs {
-            migration_cost_cycles: 20_000_000,
-            ..knobs(SearchMode::Adaptive)
-        };
-        let mut d = Harness::new(knobs, World::new(flat(0.0), 0.01, seed));
-        d.run_until_steady(200);
+        let d = with_costly_moves(flat(0.0), seed);
         let probes: std::collections::BTreeSet<usize> = d
             .ctrl
             .history()
@@ -109,10 +122,10 @@ fn a_search_that_has_cost_more_than_its_promise_could_win_back_stops() {
                 _ => None,
             })
             .collect();
-        let stopped = d.ctrl.history().any(|e| {
-            matches!(&e.kind, EventKind::Transition { reason, .. } if reason.contains("ended early"))
-        });
-        assert!(stopped, "seed {seed}: not stopped, probes {probes:?}");
+        assert!(
+            ended_early(&d),
+            "seed {seed}: not stopped, probes {probes:?}"
+        );
         assert_eq!(probes.len(), 1, "seed {seed}: probes {probes:?}");
     }
 }
@@ -125,17 +138,9 @@ fn a_search_that_has_found_a_gain_is_not_stopped_by_its_cost() {
     // on to the best k (cg-like on ppc970fx, stopped there, kept 1,869 of its ~2,900
     // pages: 1.069 of off where the search that went on reached 1.155).
     for seed in 1..6 {
-        let knobs = rocs_core::Knobs {
-            migration_cost_cycles: 20_000_000,
-            ..knobs(SearchMode::Adaptive)
-        };
-        let mut d = Harness::new(knobs, World::new(art_like(), 0.01, seed));
-        d.run_until_steady(200);
-        let ended_early = d.ctrl.history().any(|e| {
-            matches!(&e.kind, EventKind::Transition { reason, .. } if reason.contains("ended early"))
-        });
+        let d = with_costly_moves(art_like(), seed);
         let rel = d.world.true_ipc() / d.world.base_ipc;
-        assert!(!ended_early, "seed {seed}: the search ended early");
+        assert!(!ended_early(&d), "seed {seed}: the search ended early");
         assert!(
             rel >= 0.97 * best_possible(&art_like()),
             "seed {seed}: relative IPC {rel:.3}"
