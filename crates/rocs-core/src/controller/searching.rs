@@ -446,12 +446,9 @@ impl Controller {
     /// until there are `UNMOVED_WINDOWS`. A search for other
     /// targets' gain (the promise under `min_promise`) is not judged by it.
     fn scatter_verdict(&self) -> Scatter {
-        let (Some(promise), Some(run)) = (self.promise, self.run_mut_ref()) else {
+        let (Some(promise), Some(run)) = (self.own_promise(), self.run_mut_ref()) else {
             return Scatter::Quiet;
         };
-        if promise < self.knobs.min_promise {
-            return Scatter::Quiet;
-        }
         let repeats = self.knobs.search_max_repeats;
         let groups = [run.profile_ipcs.as_slice(), run.unmoved.as_slice()];
         if resolvable_gain(&groups, repeats).is_none_or(|r| r <= promise) {
@@ -471,11 +468,13 @@ impl Controller {
     /// whose probes gain pays for itself as it goes: a probe faster than k = 0 counts
     /// against the cost.
     fn over_what_it_could_win(&self) -> Option<f64> {
-        let promise = self.promise?;
-        if promise < self.knobs.min_promise {
-            return None;
-        }
-        self.spending.over_what_it_could_win(promise)
+        self.spending.over_what_it_could_win(self.own_promise()?)
+    }
+
+    /// The profile's promise when the search is for this target's own gain (at least
+    /// `min_promise`); a search only for other targets' gain has none of its own.
+    fn own_promise(&self) -> Option<f64> {
+        self.promise.filter(|&p| p >= self.knobs.min_promise)
     }
 
     fn run_mut_ref(&self) -> Option<&SearchRun> {
