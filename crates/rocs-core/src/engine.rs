@@ -13,18 +13,19 @@
 //!   keeping their state, without watching for phase changes (the holder's moves change
 //!   their IPC too). A target that wanted to profile meanwhile says so once
 //!   ([`crate::EventKind::Waiting`]) and looks again when the turn is free.
-//! - **One objective.** The holder's search records the domain's score of each window
-//!   ([`Engine::score`]) instead of its own IPC.
+//! - **One objective.** The holder's search is given every member's IPC with each window
+//!   and records the domain's score of each placement instead of its own IPC (the
+//!   controller's `group` module says how it is scored).
 //!
 //! Like the controller, the engine is sans-IO. Data flows one way: counters and samples in
 //! ([`Engine::on`], [`Engine::end_window`]), actions out, tagged with the pid they are for.
 //! [`crate::Driver`] carries them to a platform. A domain of one target never withholds the
-//! turn and sends no score: a lone target runs exactly as it would alone.
+//! turn and sends no group: a lone target runs exactly as it would alone.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::controller::{
-    Action, Controller, Event, EventKind, Observation, SharerPace, State, Turn, WindowContext,
+    Action, Controller, MemberWindow, Observation, State, Turn, WindowContext,
 };
 use crate::{CounterDelta, Pid};
 
@@ -34,8 +35,8 @@ struct Member {
     ctrl: Controller,
     /// When it started waiting for the turn (a window number), while it waits.
     waiting_since: Option<u64>,
-    /// Its IPC in the window before the current turn began: the pace its score is
-    /// measured against during that turn.
+    /// Its IPC in the window the current turn began with: a probe before any k = 0
+    /// measurement of the search is judged against it.
     reference_ipc: Option<f64>,
 }
 
@@ -176,18 +177,15 @@ impl Engine {
         for pid in order {
             let context = WindowContext {
                 turn: self.turn_for(pid),
-                group_score: (self.scored && self.holder == Some(pid))
-                    .then(|| self.score())
+                group: (self.scored && self.holder == Some(pid))
+                    .then(|| self.group_window())
                     .flatten(),
                 sharers_changed: self.tell_changed.remove(&pid),
                 sharers_miss: self.others_miss(pid),
             };
             let delta = self.window[&pid];
             let member = self.members.get_mut(&pid).expect("a member");
-            let mut actions = member.ctrl.on_shared_window(delta, context);
-            if context.group_score.is_some() {
-                self.note_paces(&mut actions);
-            }
+            let actions = member.ctrl.on_shared_window(delta, context);
             self.update(pid);
             out.extend(actions.into_iter().map(|a| (pid, a)));
         }
@@ -211,19 +209,6 @@ impl Engine {
         })
     }
 
-    /// Put on record, in the holder's search steps, who gained and who paid.
-    fn note_paces(&self, actions: &mut [Action]) {
-        for action in actions {
-            if let Action::Report(Event {
-                kind: EventKind::SearchStep { sharers, .. },
-                ..
-            }) = action
-            {
-                *sharers = self.paces();
-            }
-        }
-    }
-
     /// A member that starts or stops running changes the others' cache: they must not take
     /// it for a phase change of their own.
     fn note_running(&mut self) {
@@ -244,49 +229,24 @@ impl Engine {
         self.running = running;
     }
 
-    /// Each sharer's pace in the window being fed: its IPC over its reference IPC (its IPC
-    /// when the turn began), for the members that have a reference and ran.
-    pub fn paces(&self) -> Vec<SharerPace> {
-        self.members
+    /// The window being fed, for the holder's search judged by the domain: each member
+    /// that ran in it and in the window the turn began with. `None` when none did.
+    fn group_window(&self) -> Option<Vec<MemberWindow>> {
+        let members: Vec<MemberWindow> = self
+            .members
             .iter()
             .filter_map(|(&pid, m)| {
-                let (reference, d) = (m.reference_ipc?, self.window.get(&pid)?);
-                (reference > 0.0 && d.cycles > 0 && d.instructions > 0).then(|| SharerPace {
+                let (turn_ipc, d) = (m.reference_ipc?, self.window.get(&pid)?);
+                let knobs = m.ctrl.knobs();
+                (turn_ipc > 0.0 && d.cycles > 0 && d.instructions > 0).then(|| MemberWindow {
                     pid,
-                    pace: d.ipc() / reference,
+                    ipc: d.ipc(),
+                    turn_ipc,
+                    floor: (!knobs.background).then_some(1.0 - knobs.max_slowdown),
                 })
             })
-            .collect()
-    }
-
-    /// The domain's score of the window being fed: the harmonic mean of the sharers' paces
-    /// ([`Engine::paces`]), or, when the placement slows a sharer by more than its policy
-    /// allows (`max_slowdown`, unless it is `background`), that sharer's pace. `None` when
-    /// no sharer with a reference ran.
-    ///
-    /// Why this measure: each tenant's progress counts relative to its own pace (a
-    /// memory-bound tenant that speeds up by 40% is worth as much as a fast one that speeds
-    /// up by 40%), and the harmonic mean of those speedups is the throughput measure that
-    /// does not reward starving one tenant to speed up another: one tenant at 4x and one at
-    /// 0.16x score 0.31, not the 2.1 of their plain mean. The bound makes the refusal
-    /// explicit: such a placement scores below k = 0 (whose paces are about 1), so no
-    /// search chooses it. The references stay fixed for the whole turn.
-    pub fn score(&self) -> Option<f64> {
-        let paces = self.paces();
-        if paces.is_empty() {
-            return None;
-        }
-        let inverse: f64 = paces.iter().map(|p| 1.0 / p.pace).sum();
-        let harmonic = paces.len() as f64 / inverse;
-        let refused = paces
-            .iter()
-            .filter(|p| {
-                let knobs = self.members[&p.pid].ctrl.knobs();
-                !knobs.background && p.pace < 1.0 - knobs.max_slowdown
-            })
-            .map(|p| p.pace)
-            .reduce(f64::min);
-        Some(refused.map_or(harmonic, |worst| worst.min(harmonic)))
+            .collect();
+        (!members.is_empty()).then_some(members)
     }
 
     /// Take a member out of the turn's bookkeeping and return its controller.

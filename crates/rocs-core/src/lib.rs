@@ -19,8 +19,8 @@ pub mod search;
 pub mod stack;
 
 pub use controller::{
-    Action, ColourReport, Command, Controller, Event, EventKind, MigrationReport, Observation,
-    SharerPace, State, Stats, Turn, WindowContext,
+    Action, ColourReport, Command, Controller, Event, EventKind, MemberWindow, MigrationReport,
+    Observation, SharerPace, State, Stats, Turn, WindowContext,
 };
 pub use driver::{Driver, DriverError, Outcome};
 pub use engine::Engine;

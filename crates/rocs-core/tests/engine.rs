@@ -23,6 +23,8 @@ type IpcOf = dyn Fn(Pid, &FakeMachine) -> f64;
 struct FakeMachine {
     first: BTreeMap<Pid, u64>,
     sampling: BTreeSet<Pid>,
+    /// Targets ever sampled.
+    sampled: BTreeSet<Pid>,
     confined: BTreeMap<Pid, BTreeSet<VirtPage>>,
     ipc: Box<IpcOf>,
     /// Windows ended so far, and the window of each migration.
@@ -37,6 +39,7 @@ impl FakeMachine {
         FakeMachine {
             first: targets.iter().copied().collect(),
             sampling: BTreeSet::new(),
+            sampled: BTreeSet::new(),
             confined: BTreeMap::new(),
             ipc: Box::new(ipc),
             windows: 0,
@@ -54,6 +57,7 @@ impl Sampler for FakeMachine {
     type Error = Infallible;
     fn start(&mut self, pid: Pid, _: &SamplingPlan) -> Result<(), Infallible> {
         self.sampling.insert(pid);
+        self.sampled.insert(pid);
         Ok(())
     }
     fn stop(&mut self, pid: Pid) -> Result<(), Infallible> {
@@ -342,6 +346,13 @@ fn starving(streamer_background: bool) -> Domain {
         (_, true) => 0.4,
         (_, false) => 0.2,
     };
+    searched_by_the_streamer(ipc, streamer_background)
+}
+
+fn searched_by_the_streamer(
+    ipc: impl Fn(Pid, &FakeMachine) -> f64 + 'static,
+    streamer_background: bool,
+) -> Domain {
     let mut d = Domain::new(FakeMachine::new(&[(1, 0x1000), (2, 0x2000)], ipc));
     let knobs = Knobs {
         background: streamer_background,
@@ -355,23 +366,50 @@ fn starving(streamer_background: bool) -> Domain {
     d
 }
 
-#[test]
-fn no_placement_slows_a_tenant_past_its_bound() {
-    let d = starving(false);
-    let chosen: Vec<usize> = d.events[&1]
+fn chosen(d: &Domain, pid: Pid) -> Vec<usize> {
+    let chosen: Vec<usize> = d.events[&pid]
         .iter()
         .filter_map(|e| match e {
             EventKind::SearchDone { k, .. } => Some(*k),
             _ => None,
         })
         .collect();
-    assert!(
-        !chosen.is_empty(),
-        "target 1 never searched: {:?}",
-        d.events
-    );
+    assert!(!chosen.is_empty(), "{pid} never searched: {:?}", d.events);
+    chosen
+}
+
+#[test]
+fn no_placement_slows_a_tenant_past_its_bound() {
+    let d = starving(false);
+    let chosen = chosen(&d, 1);
     assert!(chosen.iter().all(|&k| k == 0), "chose {chosen:?}");
     assert!(d.machine.confined.get(&1).is_none_or(|c| c.is_empty()));
+}
+
+#[test]
+fn a_neighbour_whose_phase_changed_as_the_turn_began_is_judged_from_k0() {
+    // The neighbour ran fast (0.8) until the streamer's turn began (the turn's reference),
+    // and at 0.2 since; confining the streamer gains it 50% and costs the streamer 10%, past its 5%
+    // bound. Against the turn's window, the neighbour looked starved at every k (pace 0.25
+    // at k = 0, 0.375 confined) and the search took the streamer past its bound.
+    let ipc = |pid: Pid, m: &FakeMachine| match (pid, m.confining(1)) {
+        (1, false) => 0.5,
+        (1, true) => 0.45,
+        _ if !m.sampled.contains(&1) => 0.8,
+        (_, true) => 0.3,
+        (_, false) => 0.2,
+    };
+    let d = searched_by_the_streamer(ipc, false);
+    let chosen = chosen(&d, 1);
+    assert!(chosen.iter().all(|&k| k == 0), "chose {chosen:?}");
+    // Who paid is on record: the streamer's pace at a probe, against its own k = 0.
+    let paid = d.events[&1].iter().any(|e| match e {
+        EventKind::SearchStep { k, sharers, .. } if *k > 0 => sharers
+            .iter()
+            .any(|s| s.pid == 1 && (s.pace - 0.9).abs() < 1e-9),
+        _ => false,
+    });
+    assert!(paid, "{:?}", d.events[&1]);
 }
 
 #[test]

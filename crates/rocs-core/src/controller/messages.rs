@@ -158,8 +158,9 @@ pub enum EventKind {
         /// the windows measured at `k`.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         group_score: Option<f64>,
-        /// Judged by the LLC group: each sharer's pace in the last window measured (its IPC
-        /// over its IPC when the turn began), so that who gained and who paid is on record.
+        /// Judged by the LLC group: each sharer's pace at `k` (its IPC over the windows
+        /// measured, relative to its IPC at k = 0), so that who gained and who paid is on
+        /// record.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         sharers: Vec<SharerPace>,
     },
@@ -183,7 +184,7 @@ pub enum EventKind {
     Restored,
 }
 
-/// One sharer's pace in a window: its IPC relative to its IPC when the turn began.
+/// One sharer's pace at a placement: its IPC there relative to its IPC at k = 0.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SharerPace {
     pub pid: Pid,
@@ -211,15 +212,28 @@ pub struct Stats {
     pub phase_changes_profiled: u64,
 }
 
-/// What a target's LLC domain adds to one of its windows ([`crate::Engine`] gives it; a lone
-/// controller's window has the default: the turn, no score, no change of sharers).
+/// One member of an LLC domain in one window, as a search judged by the domain sees it.
 #[derive(Clone, Copy, Debug, PartialEq)]
+pub struct MemberWindow {
+    pub pid: Pid,
+    /// Its IPC in this window.
+    pub ipc: f64,
+    /// Its IPC in the window the turn began with, before any sampling or move of the turn.
+    pub turn_ipc: f64,
+    /// The least pace its policy accepts (1 - `max_slowdown`); `None` for a background
+    /// target, which may pay for the others.
+    pub floor: Option<f64>,
+}
+
+/// What a target's LLC domain adds to one of its windows ([`crate::Engine`] gives it; a lone
+/// controller's window has the default: the turn, no group, no change of sharers).
+#[derive(Clone, Debug, PartialEq)]
 pub struct WindowContext {
     /// May the target profile and search now?
     pub turn: Turn,
-    /// What a search judged by the domain records for this window in place of the target's
-    /// own IPC: the throughput of every target sharing the LLC.
-    pub group_score: Option<f64>,
+    /// For a search judged by the domain: every member that ran in this window and ran in
+    /// the window the turn began with (the target included).
+    pub group: Option<Vec<MemberWindow>>,
     /// The set of targets running on this LLC changed since the target's last window (one
     /// started, finished or left): its IPC and MPKI change with it, which is no phase change
     /// of its own.
@@ -234,7 +248,7 @@ impl Default for WindowContext {
     fn default() -> Self {
         WindowContext {
             turn: Turn::Granted,
-            group_score: None,
+            group: None,
             sharers_changed: false,
             sharers_miss: false,
         }

@@ -20,6 +20,7 @@
 //! search's steps are in [`searching`].
 
 mod budget;
+mod group;
 mod ledger;
 mod messages;
 mod searching;
@@ -27,8 +28,8 @@ mod searching;
 use std::collections::{BTreeSet, VecDeque};
 
 pub use messages::{
-    Action, ColourReport, Command, Event, EventKind, MigrationReport, Observation, SharerPace,
-    State, Stats, Turn, WindowContext,
+    Action, ColourReport, Command, Event, EventKind, MemberWindow, MigrationReport, Observation,
+    SharerPace, State, Stats, Turn, WindowContext,
 };
 
 use crate::knobs::{KnobError, Knobs};
@@ -317,7 +318,7 @@ impl Controller {
         match self.stage.state() {
             State::Observe if ran => self.observe_window(&delta, context.turn, out),
             State::Profile => self.profile_window(&delta, ran, &context, out),
-            State::Search => self.search_window(&delta, ran, context.group_score, out),
+            State::Search => self.search_window(&delta, ran, context.group.clone(), out),
             State::Steady if ran => self.steady_window(&delta, context.turn, out),
             State::Paused => {
                 if matches!(self.stage, Stage::Paused { restoring: true }) {

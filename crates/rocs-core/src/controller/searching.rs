@@ -4,15 +4,13 @@
 
 use std::collections::HashSet;
 
-use super::messages::{Action, ColourReport, EventKind, WindowContext};
+use super::group::GroupJudge;
+use super::messages::{Action, ColourReport, EventKind, MemberWindow, WindowContext};
 use super::{Controller, Stage};
 use crate::knobs::SearchMode;
 use crate::regions::{build_stack, RegionParams};
 use crate::search::{resolvable_gain, Next, Search};
 use crate::{CounterDelta, MissRateStack, VirtPage};
-
-/// Windows measured, and averaged, at each placement of a search judged by an LLC group.
-const GROUP_MEASURE_WINDOWS: usize = 2;
 
 /// Phases whose search result is remembered (the oldest is forgotten first).
 const PHASES_REMEMBERED: usize = 4;
@@ -69,8 +67,7 @@ pub(super) struct SearchRun {
     started_at: u64,
     /// Judged by the LLC group's score rather than the target's own IPC.
     judged_by_group: bool,
-    /// Scores of the windows measured so far at the current placement (group search).
-    span: Vec<f64>,
+    group: GroupJudge,
     /// The target's own IPC in the windows before any page moved, the profile's and the
     /// search's first k = 0 windows apart: how much a window scatters.
     profile_ipcs: Vec<f64>,
@@ -94,7 +91,7 @@ impl Controller {
     /// The profile is over: build the stack and start the search. When the window that
     /// ended it came with the LLC group's score, the search is judged by it.
     pub(super) fn finish_profile(&mut self, context: &WindowContext, out: &mut Vec<Action>) {
-        let scored = context.group_score.is_some();
+        let scored = context.group.is_some();
         self.stop_sampling(out);
         let params = RegionParams {
             min_samples: self.knobs.min_samples_per_page,
@@ -194,7 +191,7 @@ impl Controller {
         &mut self,
         delta: &CounterDelta,
         ran: bool,
-        group_score: Option<f64>,
+        group: Option<Vec<MemberWindow>>,
         out: &mut Vec<Action>,
     ) {
         self.stats.search_windows += 1;
@@ -225,21 +222,19 @@ impl Controller {
         if k == 0 && run.moved_at.is_none() {
             run.unmoved.push(ipc);
         }
-        let mut value = group_score.unwrap_or(ipc);
+        let mut value = ipc;
+        let mut sharers = Vec::new();
         if run.judged_by_group {
-            // A search judged by its LLC group measures each placement over several
-            // windows: the others' gain comes in bursts (while a partly confined stream
-            // sweeps its confined part), and one window says more about where the sweep was
-            // than about `k`.
-            let Some(score) = group_score else {
+            let Some(members) = group else {
                 return;
             };
-            run.span.push(score);
-            if run.span.len() < GROUP_MEASURE_WINDOWS {
+            if !run.group.window(members) {
                 return;
             }
-            value = run.span.iter().sum::<f64>() / run.span.len() as f64;
-            run.span.clear();
+            match run.group.judge(k) {
+                Some((score, paces)) => (value, sharers) = (score, paces),
+                None => return,
+            }
         }
         run.measuring = None;
         if k == 0 {
@@ -264,8 +259,8 @@ impl Controller {
             k,
             ipc,
             mpki,
-            group_score: group_score.map(|_| value),
-            sharers: Vec::new(),
+            group_score: (!sharers.is_empty()).then_some(value),
+            sharers,
         };
         self.event(step, out);
         self.search_step(out);
