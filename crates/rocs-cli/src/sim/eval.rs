@@ -210,9 +210,13 @@ fn builtins(args: EvalArgs, workloads: Vec<&str>, modern: bool) -> anyhow::Resul
         let mut report = |what: &str| steps.step(&format!("{prefix}{what}"));
         let row: EvalRow = evaluate(&machine.name, &workload.name, &make, &cfg, &mut report)
             .with_context(|| format!("evaluating {} on {}", workload.name, machine.name))?;
+        let linear = row
+            .linear
+            .as_ref()
+            .map_or(String::new(), |l| format!(" (linear {:.3})", l.speedup));
         steps.line(&format!(
-            "{prefix}done: speedup {:.3} (linear {:.3}), oracle {:.3}",
-            row.adaptive.speedup, row.linear.speedup, row.oracle_speedup
+            "{prefix}done: speedup {:.3}{linear}, oracle {:.3}",
+            row.adaptive.speedup, row.oracle_speedup
         ));
         Ok(row)
     });

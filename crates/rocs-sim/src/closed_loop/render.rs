@@ -5,6 +5,7 @@
 
 use std::fmt::Write;
 
+use super::evaluation::linear;
 use super::{EvalRow, Evaluation, TargetCheck};
 
 /// A grouped bar chart: one group per label, one bar per series.
@@ -226,7 +227,7 @@ impl Evaluation {
             let mut cells: Vec<Vec<String>> = rows
                 .iter()
                 .map(|r| {
-                    let (a, l) = (&r.adaptive, &r.linear);
+                    let (a, l) = (&r.adaptive, linear(r));
                     vec![
                         r.workload.clone(),
                         format!("{:.3} ({})", r.oracle_speedup, ks(&r.oracle_ks)),
@@ -253,9 +254,9 @@ impl Evaluation {
                 String::new(),
                 format!("{:.1}", mean(&|r| r.adaptive.search_windows as f64)),
                 format!("{:.2}%", mean(&|r| r.adaptive.overhead) * 100.0),
-                format!("{:.3}", mean(&|r| r.linear.speedup)),
-                format!("{:.3}", mean(&|r| r.linear.fraction_of_oracle)),
-                format!("{:.1}", mean(&|r| r.linear.search_windows as f64)),
+                format!("{:.3}", mean(&|r| linear(r).speedup)),
+                format!("{:.3}", mean(&|r| linear(r).fraction_of_oracle)),
+                format!("{:.1}", mean(&|r| linear(r).search_windows as f64)),
             ]);
             s += &table(
                 &[
@@ -292,7 +293,7 @@ impl Evaluation {
                 .rows_on(machine)
                 .iter()
                 .map(|r| {
-                    let v = vec![1.0, r.adaptive.speedup, r.linear.speedup, r.oracle_speedup];
+                    let v = vec![1.0, r.adaptive.speedup, linear(r).speedup, r.oracle_speedup];
                     (r.workload.clone(), v)
                 })
                 .collect(),
@@ -449,8 +450,8 @@ mod tests {
             oracle_cycles: 1,
             oracle_ks: Vec::new(),
             oracle_speedup: rocs,
-            adaptive: mode.clone(),
-            linear: mode,
+            adaptive: mode,
+            linear: None,
             cat: Some(CatRun {
                 masks: vec![0xffff],
                 speedup: cat,
