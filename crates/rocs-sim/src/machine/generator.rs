@@ -1,7 +1,7 @@
 //! Generated workloads: each process a set of regions, each region an access pattern over
 //! its pages, picked by the shares of the current phase.
 
-use super::hierarchy::{line_ref, modern_ref, Served, Timing};
+use super::hierarchy::{line_ref, modern_line_ref, Served, Timing};
 use super::{ProcState, FP};
 use crate::cache::Cache;
 use crate::error::SimError;
@@ -262,25 +262,16 @@ impl GenProc {
             st.c.accesses += 1;
             let vaddr = reg.base_va + off;
             let (served, walk_fp) = if modern {
-                modern_ref(&mut st.core, llc, &mut st.c, t, vaddr, paddr, 1, page_shift)
+                modern_line_ref(&mut st.core, llc, &mut st.c, t, vaddr, paddr, page_shift)
             } else {
                 (line_ref(&mut st.core, llc, &mut st.c, vaddr, paddr), 0)
             };
             reg.accesses += 1;
             st.instr_fp += reg.instr_fp;
-            let latency = match served {
-                Served::L1 => t.l1,
-                Served::L2 => t.l2,
-                Served::Llc => {
-                    reg.llc_accesses += 1;
-                    t.llc
-                }
-                Served::Mem => {
-                    reg.llc_accesses += 1;
-                    reg.llc_misses += 1;
-                    reg.mem_fp
-                }
-            };
+            // Looked up, not branched on: which level serves is hard to predict.
+            let latency = [t.l1, t.l2, t.llc, reg.mem_fp][served as usize];
+            reg.llc_accesses += (served >= Served::Llc) as u64;
+            reg.llc_misses += (served == Served::Mem) as u64;
             st.clock_fp += reg.base_fp + latency + walk_fp;
             if served >= Served::Llc && !is_write && st.pmu.enabled {
                 st.pmu_event(t, vaddr, Some(paddr), served, latency);
