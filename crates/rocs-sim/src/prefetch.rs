@@ -14,6 +14,8 @@ const NO_PAGE: u64 = u64::MAX;
 
 /// Page keys are compared in chunks of this many (see [`Prefetcher::find`]).
 const CHUNK: usize = 16;
+/// Slots of the filter of tracked pages.
+const FILTER: usize = 256;
 
 #[derive(Clone, Copy)]
 struct Stream {
@@ -36,6 +38,9 @@ pub struct Prefetcher {
     /// first, 32 bits at a time, apart from the rest so that a lookup scans a few cache
     /// lines; a match is then checked against the page itself.
     keys: Vec<u32>,
+    /// How many tracked pages have each value of `key(page) % FILTER`: a page whose count
+    /// is 0 is tracked by no stream, which spares most new pages the search.
+    filter: Box<[u16; FILTER]>,
     /// The streams in order of use, a doubly linked list: `older[i]` was used just before
     /// stream i, `newer[i]` just after. Streams never used yet are the oldest, in index
     /// order, so the least recently used (the one a new page replaces) is the first of
@@ -67,6 +72,7 @@ impl Prefetcher {
             streams: vec![blank; n],
             pages: vec![NO_PAGE; n],
             keys: vec![key(NO_PAGE); n.next_multiple_of(CHUNK)],
+            filter: Box::new([0; FILTER]),
             // The ends point at themselves; nothing reads them.
             older: (0..n as u32).map(|i| i.saturating_sub(1)).collect(),
             newer: (0..n as u32).map(|i| (i + 1).min(n as u32 - 1)).collect(),
@@ -103,6 +109,9 @@ impl Prefetcher {
     #[inline]
     fn find(&self, page: u64) -> Option<usize> {
         let k = key(page);
+        if self.filter[k as usize % FILTER] == 0 {
+            return None;
+        }
         for (c, chunk) in self.keys.chunks_exact(CHUNK).enumerate() {
             let mut mask = 0u32;
             for (j, &v) in chunk.iter().enumerate() {
@@ -143,7 +152,11 @@ impl Prefetcher {
                 run: 1,
                 next: at,
             };
-            self.pages[i] = page;
+            let old = std::mem::replace(&mut self.pages[i], page);
+            if old != NO_PAGE {
+                self.filter[key(old) as usize % FILTER] -= 1;
+            }
+            self.filter[key(page) as usize % FILTER] += 1;
             self.keys[i] = key(page);
             self.touch(i);
             return 0;
