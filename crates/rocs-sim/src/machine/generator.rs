@@ -268,10 +268,19 @@ impl GenProc {
             };
             reg.accesses += 1;
             st.instr_fp += reg.instr_fp;
-            // Looked up, not branched on: which level serves is hard to predict.
-            let latency = [t.l1, t.l2, t.llc, reg.mem_fp][served as usize];
-            reg.llc_accesses += (served >= Served::Llc) as u64;
-            reg.llc_misses += (served == Served::Mem) as u64;
+            let latency = match served {
+                Served::L1 => t.l1,
+                Served::L2 => t.l2,
+                Served::Llc => {
+                    reg.llc_accesses += 1;
+                    t.llc
+                }
+                Served::Mem => {
+                    reg.llc_accesses += 1;
+                    reg.llc_misses += 1;
+                    reg.mem_fp
+                }
+            };
             st.clock_fp += reg.base_fp + latency + walk_fp;
             if served >= Served::Llc && !is_write && st.pmu.enabled {
                 st.pmu_event(t, vaddr, Some(paddr), served, latency);

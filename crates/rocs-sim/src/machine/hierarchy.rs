@@ -9,13 +9,12 @@ use crate::spec::{Fill, LevelSpec, MachineSpec};
 use crate::tlb::Tlb;
 use rocs_core::CacheGeometry;
 
-/// The level that served a reference; the values index tables of latencies.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(super) enum Served {
-    L1 = 0,
-    L2 = 1,
-    Llc = 2,
-    Mem = 3,
+    L1,
+    L2,
+    Llc,
+    Mem,
 }
 
 pub(super) struct Core {
