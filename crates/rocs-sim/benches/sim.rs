@@ -3,7 +3,8 @@
 //! (the DRRIP LLC, models off), art-like at its own sizes on spr-like (every model on:
 //! prefetcher, TLB, victim L3; what the models cost) and art-like sized to zen4-like's LLC
 //! (`--scale auto`, every model on: 128 MiB streamed past a 32 MiB LLC, whose tags no longer
-//! fit the host's caches).
+//! fit the host's caches), art-like sized to neoverse-like's sliced 32 MiB system-level cache
+//! (every model on, LLC filled on miss) and art-like on tiny.
 //!
 //!     cargo bench -p rocs-sim --bench sim
 //!
@@ -26,6 +27,8 @@ const CASES: &[(&str, &str, Scale)] = &[
     ("art-like", "xeon-like", Scale::Length(1.0)),
     ("art-like", "spr-like", Scale::Length(1.0)),
     ("art-like", "zen4-like", Scale::Auto { length: 1.0 }),
+    ("art-like", "neoverse-like", Scale::Auto { length: 1.0 }),
+    ("art-like", "tiny", Scale::Length(1.0)),
 ];
 
 fn bench_with<M: Measurement>(c: &mut Criterion<M>, group_name: &str) {

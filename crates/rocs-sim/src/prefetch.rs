@@ -12,8 +12,10 @@ pub const MAX_DEGREE: usize = 16;
 const TRAIN_PAGE: u64 = 4096;
 const NO_PAGE: u64 = u64::MAX;
 
-/// Streams are looked up in chunks of this many (see [`first_equal`]).
-const CHUNK: usize = 8;
+/// Page keys are compared in chunks of this many (see [`Prefetcher::find`]).
+const CHUNK: usize = 16;
+/// Slots of the filter of tracked pages.
+const FILTER: usize = 256;
 
 #[derive(Clone, Copy)]
 struct Stream {
@@ -30,23 +32,34 @@ struct Stream {
 #[derive(Clone)]
 pub struct Prefetcher {
     streams: Vec<Stream>,
-    /// The page each stream tracks, and when it was last used (for LRU replacement), apart
-    /// from the rest so that a lookup scans a few cache lines. Padded to a multiple of
-    /// `CHUNK` with entries that never match a page and are never least recently used.
+    /// The page each stream tracks (`NO_PAGE` for none yet).
     pages: Vec<u64>,
-    used: Vec<u64>,
+    /// `key(page)` of each stream's page, padded to a multiple of `CHUNK`: compared
+    /// first, 32 bits at a time, apart from the rest so that a lookup scans a few cache
+    /// lines; a match is then checked against the page itself.
+    keys: Vec<u32>,
+    /// How many tracked pages have each value of `key(page) % FILTER`: a page whose count
+    /// is 0 is tracked by no stream, which spares most new pages the search.
+    filter: Box<[u16; FILTER]>,
+    /// The streams in order of use, a doubly linked list: `older[i]` was used just before
+    /// stream i, `newer[i]` just after. Streams never used yet are the oldest, in index
+    /// order, so the least recently used (the one a new page replaces) is the first of
+    /// them, then the one used longest ago.
+    older: Vec<u32>,
+    newer: Vec<u32>,
+    /// The least and the most recently used stream.
+    oldest: usize,
+    newest: usize,
     degree: u32,
     distance: i64,
     train: u32,
     /// log2 of lines per 4 KiB page.
     page_lines_shift: u32,
-    tick: u64,
-    /// The stream of the previous access (most accesses hit it again).
-    recent: usize,
 }
 
 impl Prefetcher {
-    /// A prefetcher for lines of `line_size` bytes (validated spec: degree <= MAX_DEGREE).
+    /// A prefetcher for lines of `line_size` bytes (validated spec: at least one stream,
+    /// degree <= MAX_DEGREE).
     pub fn new(spec: &PrefetchSpec, line_size: u64) -> Prefetcher {
         let blank = Stream {
             last: 0,
@@ -54,20 +67,65 @@ impl Prefetcher {
             run: 0,
             next: 0,
         };
-        let padded = spec.streams.next_multiple_of(CHUNK);
-        let mut used = vec![0; spec.streams];
-        used.resize(padded, u64::MAX);
+        let n = spec.streams;
         Prefetcher {
-            streams: vec![blank; spec.streams],
-            pages: vec![NO_PAGE; padded],
-            used,
+            streams: vec![blank; n],
+            pages: vec![NO_PAGE; n],
+            keys: vec![key(NO_PAGE); n.next_multiple_of(CHUNK)],
+            filter: Box::new([0; FILTER]),
+            // The ends point at themselves; nothing reads them.
+            older: (0..n as u32).map(|i| i.saturating_sub(1)).collect(),
+            newer: (0..n as u32).map(|i| (i + 1).min(n as u32 - 1)).collect(),
+            oldest: 0,
+            newest: n - 1,
             degree: spec.degree.min(MAX_DEGREE as u32),
             distance: spec.distance as i64,
             train: spec.train,
             page_lines_shift: (TRAIN_PAGE / line_size.min(TRAIN_PAGE)).trailing_zeros(),
-            tick: 0,
-            recent: 0,
         }
+    }
+
+    /// Make stream `i` the most recently used.
+    #[inline]
+    fn touch(&mut self, i: usize) {
+        if i == self.newest {
+            return;
+        }
+        let (older, newer) = (self.older[i], self.newer[i]);
+        if i == self.oldest {
+            self.oldest = newer as usize;
+        } else {
+            self.newer[older as usize] = newer;
+        }
+        self.older[newer as usize] = older;
+        self.older[i] = self.newest as u32;
+        self.newer[self.newest] = i as u32;
+        self.newest = i;
+    }
+
+    /// The stream that tracks `page`, if one does (at most one does): keys are compared a
+    /// chunk at a time into a bit mask, without a branch per key (the compiler turns that
+    /// into vector compares), and the pages of the keys that match are checked.
+    #[inline]
+    fn find(&self, page: u64) -> Option<usize> {
+        let k = key(page);
+        if self.filter[k as usize % FILTER] == 0 {
+            return None;
+        }
+        for (c, chunk) in self.keys.chunks_exact(CHUNK).enumerate() {
+            let mut mask = 0u32;
+            for (j, &v) in chunk.iter().enumerate() {
+                mask |= ((v == k) as u32) << j;
+            }
+            while mask != 0 {
+                let i = c * CHUNK + mask.trailing_zeros() as usize;
+                if self.pages.get(i) == Some(&page) {
+                    return Some(i);
+                }
+                mask &= mask - 1;
+            }
+        }
+        None
     }
 
     /// The L2 saw a demand reference to `line`: write the lines to prefetch into `out`,
@@ -76,28 +134,34 @@ impl Prefetcher {
     pub fn on_access(&mut self, line: u64, out: &mut [u64; MAX_DEGREE]) -> usize {
         let page = line >> self.page_lines_shift;
         let at = (line & ((1 << self.page_lines_shift) - 1)) as i64;
-        self.tick += 1;
-        let i = if self.pages[self.recent] == page {
-            self.recent
-        } else if let Some(i) = first_equal(&self.pages, page) {
+        // Most accesses continue the stream of the access before, or of the one before
+        // that (two streams interleaved); else search them all.
+        let before = self.older[self.newest] as usize;
+        let i = if self.pages[self.newest] == page {
+            self.newest
+        } else if self.pages[before] == page {
+            before
+        } else if let Some(i) = self.find(page) {
             i
         } else {
-            // A new page: replace the least recently used stream (the first of them).
-            let oldest = *self.used.iter().min().expect("at least one stream");
-            let i = first_equal(&self.used, oldest).expect("the minimum is there");
+            // A new page: replace the least recently used stream.
+            let i = self.oldest;
             self.streams[i] = Stream {
                 last: at,
                 stride: 0,
                 run: 1,
                 next: at,
             };
-            self.pages[i] = page;
-            self.used[i] = self.tick;
-            self.recent = i;
+            let old = std::mem::replace(&mut self.pages[i], page);
+            if old != NO_PAGE {
+                self.filter[key(old) as usize % FILTER] -= 1;
+            }
+            self.filter[key(page) as usize % FILTER] += 1;
+            self.keys[i] = key(page);
+            self.touch(i);
             return 0;
         };
-        self.recent = i;
-        self.used[i] = self.tick;
+        self.touch(i);
         let s = &mut self.streams[i];
         let delta = at - s.last;
         if delta == 0 {
@@ -134,21 +198,11 @@ impl Prefetcher {
     }
 }
 
-/// Index of the first of `values` (a multiple of `CHUNK` long) equal to `x`: compared a
-/// chunk at a time into a bit mask, without a branch per value, which the compiler turns
-/// into vector compares.
-#[inline]
-fn first_equal(values: &[u64], x: u64) -> Option<usize> {
-    for (c, chunk) in values.chunks_exact(CHUNK).enumerate() {
-        let mut mask = 0u32;
-        for (j, &v) in chunk.iter().enumerate() {
-            mask |= ((v == x) as u32) << j;
-        }
-        if mask != 0 {
-            return Some(c * CHUNK + mask.trailing_zeros() as usize);
-        }
-    }
-    None
+/// A page's 32-bit key: its low bits, the bits that tell nearby pages apart, folded with
+/// its high ones.
+#[inline(always)]
+fn key(page: u64) -> u32 {
+    (page ^ page >> 32) as u32
 }
 
 #[cfg(test)]
@@ -212,6 +266,36 @@ mod tests {
         assert_eq!(&out[..n], &[2, 3, 4]);
         let n = p.on_access(2, &mut out);
         assert_eq!(&out[..n], &[5]);
+    }
+
+    proptest::proptest! {
+        /// The streams track the pages a plain model says: a page not tracked replaces the
+        /// least recently used stream, streams never used first, lowest index first.
+        #[test]
+        fn streams_are_replaced_least_recently_used_first(
+            pages in proptest::collection::vec(0u64..12, 1..300),
+            streams in 1usize..6,
+        ) {
+            let spec = PrefetchSpec { streams, ..spec(2, 20, 2) };
+            let mut p = Prefetcher::new(&spec, 64);
+            let mut model: Vec<(u64, u64)> = vec![(NO_PAGE, 0); streams];
+            let mut out = [0; MAX_DEGREE];
+            for (tick, &page) in (1u64..).zip(&pages) {
+                // Pages far apart in the address, so that their keys differ in high bits.
+                let page = page << 31 | page;
+                p.on_access(page << 6, &mut out);
+                let i = match model.iter().position(|&(pg, _)| pg == page) {
+                    Some(i) => i,
+                    None => {
+                        let oldest = model.iter().map(|&(_, used)| used).min().unwrap();
+                        model.iter().position(|&(_, used)| used == oldest).unwrap()
+                    }
+                };
+                model[i] = (page, tick);
+                let tracked: Vec<u64> = model.iter().map(|&(pg, _)| pg).collect();
+                proptest::prop_assert_eq!(&p.pages, &tracked);
+            }
+        }
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Generated workloads: each process a set of regions, each region an access pattern over
 //! its pages, picked by the shares of the current phase.
 
-use super::hierarchy::{line_ref, modern_ref, Served, Timing};
+use super::hierarchy::{line_ref, modern_line_ref, Served, Timing};
 use super::{ProcState, FP};
 use crate::cache::Cache;
 use crate::error::SimError;
@@ -262,7 +262,7 @@ impl GenProc {
             st.c.accesses += 1;
             let vaddr = reg.base_va + off;
             let (served, walk_fp) = if modern {
-                modern_ref(&mut st.core, llc, &mut st.c, t, vaddr, paddr, 1, page_shift)
+                modern_line_ref(&mut st.core, llc, &mut st.c, t, vaddr, paddr, page_shift)
             } else {
                 (line_ref(&mut st.core, llc, &mut st.c, vaddr, paddr), 0)
             };

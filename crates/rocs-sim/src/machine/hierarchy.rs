@@ -265,24 +265,7 @@ pub(super) fn modern_ref(
     page_shift: u32,
 ) -> (Served, u64) {
     let has_l2 = core.l2.is_some();
-    let mut walk_fp = 0;
-    if let Some(tlb) = core.modern.tlb.as_mut() {
-        let vpn = vaddr >> page_shift;
-        if !tlb.lookup(vpn) {
-            let pte = tlb.pte_paddr(vpn);
-            walk_fp = tlb.walk_fp;
-            let served = below_l1(core, llc, pte);
-            count(c, has_l2, Request::Walk, served);
-            walk_fp += match served {
-                Served::L1 => t.l1,
-                Served::L2 => t.l2,
-                Served::Llc => t.llc,
-                // The walk's loads depend on each other: nothing overlaps them.
-                Served::Mem => t.mem,
-            };
-            c.walk_cycles += walk_fp >> FP_SHIFT;
-        }
-    }
+    let walk_fp = translate(core, llc, c, t, vaddr, page_shift);
     c.l1d_accesses += 1;
     let l1_shift = core.l1d.line_shift();
     let first = vaddr >> l1_shift;
@@ -301,6 +284,77 @@ pub(super) fn modern_ref(
         count(c, has_l2, Request::Demand, served);
     }
     (served, walk_fp)
+}
+
+/// A data reference of a generated workload (one line, see [`line_ref`]) on a machine with
+/// the modern models: [`modern_ref`] for an access of one byte, inlined into the
+/// generator's loop, its L1 misses out of line. Returns what [`modern_ref`] returns.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub(super) fn modern_line_ref(
+    core: &mut Core,
+    llc: &mut Cache,
+    c: &mut Counts,
+    t: &Timing,
+    vaddr: u64,
+    paddr: u64,
+    page_shift: u32,
+) -> (Served, u64) {
+    let walk_fp = translate(core, llc, c, t, vaddr, page_shift);
+    c.l1d_accesses += 1;
+    if core.l1d.access_line(vaddr >> core.l1d.line_shift()) {
+        return (Served::L1, walk_fp);
+    }
+    (demand_miss(core, llc, c, paddr), walk_fp)
+}
+
+/// A generated access's line that missed the L1D, counted.
+#[inline(never)]
+fn demand_miss(core: &mut Core, llc: &mut Cache, c: &mut Counts, paddr: u64) -> Served {
+    let served = l1_miss(core, llc, c, paddr);
+    c.l1d_misses += 1;
+    count(c, core.l2.is_some(), Request::Demand, served);
+    served
+}
+
+/// The TLB's part of a data reference: on a miss, the page walk reads the page-table entry
+/// through the L2 and the LLC, counted. Returns the walk's cycles (fixed point), 0 on a hit
+/// or without a TLB.
+#[inline(always)]
+fn translate(
+    core: &mut Core,
+    llc: &mut Cache,
+    c: &mut Counts,
+    t: &Timing,
+    vaddr: u64,
+    page_shift: u32,
+) -> u64 {
+    let Some(tlb) = core.modern.tlb.as_mut() else {
+        return 0;
+    };
+    let vpn = vaddr >> page_shift;
+    if tlb.lookup(vpn) {
+        return 0;
+    }
+    walk(core, llc, c, t, vpn)
+}
+
+#[inline(never)]
+fn walk(core: &mut Core, llc: &mut Cache, c: &mut Counts, t: &Timing, vpn: u64) -> u64 {
+    let tlb = core.modern.tlb.as_ref().expect("a TLB missed");
+    let pte = tlb.pte_paddr(vpn);
+    let mut walk_fp = tlb.walk_fp;
+    let served = below_l1(core, llc, pte);
+    count(c, core.l2.is_some(), Request::Walk, served);
+    walk_fp += match served {
+        Served::L1 => t.l1,
+        Served::L2 => t.l2,
+        Served::Llc => t.llc,
+        // The walk's loads depend on each other: nothing overlaps them.
+        Served::Mem => t.mem,
+    };
+    c.walk_cycles += walk_fp >> FP_SHIFT;
+    walk_fp
 }
 
 /// A data line that missed the L1: through the levels below, and the prefetcher trains on
