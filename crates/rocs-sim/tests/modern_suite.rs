@@ -50,7 +50,10 @@ fn one_workload_per_kind_through_the_modern_suite() {
             row.prefetch_on_speedup
         );
         assert_eq!(cat.masks.len(), w.processes.len());
-        assert!(row.linear.is_none(), "modern.md shows adaptive search alone");
+        assert!(
+            row.linear.is_none(),
+            "modern.md shows adaptive search alone"
+        );
         assert!(
             row.prefetch_on_speedup.is_some(),
             "the prefetcher is off while sampling: the suite compares with it left on"
