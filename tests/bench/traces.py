@@ -19,7 +19,7 @@ that changes nothing, which the replay only counts. Each round also replays a tr
 other references alone; the full trace's references per CPU second of that replay give the
 ratio rocs would reach if those repeats cost nothing.
 
-    tests/bench/traces.sh [--kib N] [--rounds R]
+    tests/bench/traces.sh [--kib N] [--rounds R] [--keep DIR]
 """
 
 import argparse
@@ -121,6 +121,9 @@ def main():
     ap.add_argument("--rocsctl", required=True)
     ap.add_argument("--kib", type=int, default=100, help="size of gzip's input")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--keep", metavar="DIR",
+                    help="copy the binary trace and its machine to DIR (t.rtrace, cg.toml) "
+                         "for tests/bench/replay_ab.py and sim_digest")
     args = ap.parse_args()
     for tool in ("valgrind", "gzip"):
         if not shutil.which(tool):
@@ -154,6 +157,10 @@ def main():
                         non_repeats_rtrace], check=True, stdout=subprocess.DEVNULL)
         os.remove(lackey)
         os.remove(non_repeats_lackey)
+        if args.keep:
+            os.makedirs(args.keep, exist_ok=True)
+            shutil.copy(rtrace, args.keep)
+            shutil.copy(machine, args.keep)
 
         rocs, py, cg, free_repeats = [], [], [], []
         for r in range(args.rounds):

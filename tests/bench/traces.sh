@@ -3,7 +3,7 @@
 # conversion rate, from one interleaved run (see traces.py). Needs valgrind, gzip and
 # pycachesim (apt-get install valgrind gzip; pip install pycachesim).
 #
-#     tests/bench/traces.sh [--kib N] [--rounds R]
+#     tests/bench/traces.sh [--kib N] [--rounds R] [--keep DIR]
 set -eu
 cd "$(dirname "$0")/../.."
 cargo build --release -q -p rocs-cli
