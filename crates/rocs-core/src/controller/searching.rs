@@ -67,6 +67,8 @@ pub(super) struct SearchRun {
     started_at: u64,
     /// Judged by the LLC group's score rather than the target's own IPC.
     judged_by_group: bool,
+    /// Judged by the LLC group: the windows measured at the current placement, and each
+    /// member's IPC at k = 0.
     group: GroupJudge,
     /// The target's own IPC in the windows before any page moved, the profile's and the
     /// search's first k = 0 windows apart: how much a window scatters.
