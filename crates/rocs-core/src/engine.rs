@@ -37,7 +37,7 @@ struct Member {
     waiting_since: Option<u64>,
     /// Its IPC in the window the current turn began with: a probe before any k = 0
     /// measurement of the search is judged against it.
-    reference_ipc: Option<f64>,
+    turn_ipc: Option<f64>,
 }
 
 /// The controllers of the targets that share one LLC.
@@ -74,7 +74,7 @@ impl Engine {
         let member = Member {
             ctrl,
             waiting_since: None,
-            reference_ipc: None,
+            turn_ipc: None,
         };
         self.members.insert(pid, member);
         old
@@ -236,7 +236,7 @@ impl Engine {
             .members
             .iter()
             .filter_map(|(&pid, m)| {
-                let (turn_ipc, d) = (m.reference_ipc?, self.window.get(&pid)?);
+                let (turn_ipc, d) = (m.turn_ipc?, self.window.get(&pid)?);
                 let knobs = m.ctrl.knobs();
                 (turn_ipc > 0.0 && d.cycles > 0 && d.instructions > 0).then(|| MemberWindow {
                     pid,
@@ -290,7 +290,7 @@ impl Engine {
         // Each member's pace in the window the turn began with: the holder decided to
         // profile on this window, before any sampling or move of the turn.
         for (p, m) in self.members.iter_mut() {
-            m.reference_ipc = self
+            m.turn_ipc = self
                 .window
                 .get(p)
                 .filter(|d| d.cycles > 0 && d.instructions > 0)
@@ -299,7 +299,7 @@ impl Engine {
         let measured = self
             .members
             .values()
-            .filter(|m| m.reference_ipc.is_some())
+            .filter(|m| m.turn_ipc.is_some())
             .count();
         self.scored = measured >= 2;
     }
@@ -308,7 +308,7 @@ impl Engine {
         self.holder = None;
         self.scored = false;
         for m in self.members.values_mut() {
-            m.reference_ipc = None;
+            m.turn_ipc = None;
         }
     }
 

@@ -318,7 +318,7 @@ impl Controller {
         match self.stage.state() {
             State::Observe if ran => self.observe_window(&delta, context.turn, out),
             State::Profile => self.profile_window(&delta, ran, &context, out),
-            State::Search => self.search_window(&delta, ran, context.group.clone(), out),
+            State::Search => self.search_window(&delta, ran, context.group, out),
             State::Steady if ran => self.steady_window(&delta, context.turn, out),
             State::Paused => {
                 if matches!(self.stage, Stage::Paused { restoring: true }) {
