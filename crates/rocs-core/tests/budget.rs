@@ -26,6 +26,9 @@ enum Pattern {
     /// The first half of the pages always miss (a stream), the others hit mostly: reused
     /// data that misses at times.
     StreamAndReuse,
+    /// A sweep over a large array: each window's samples fall on 64 pages never sampled
+    /// before, every load a miss.
+    Sweep,
 }
 
 /// A target's IPC in a window (counted from 0), and whether it is sampled.
@@ -60,10 +63,15 @@ impl Sampler for Fake {
         }
         *self.sampled_windows.entry(pid).or_default() += 1;
         let (first, pattern) = self.first[&pid];
+        let swept = if pattern == Pattern::Sweep {
+            self.windows * PAGES
+        } else {
+            0
+        };
         out.extend((0..10 * PAGES).map(|i| {
-            let page = i % PAGES;
+            let page = swept + i % PAGES;
             let miss = match pattern {
-                Pattern::Stream => true,
+                Pattern::Stream | Pattern::Sweep => true,
                 Pattern::Uniform => (i / PAGES).is_multiple_of(2),
                 Pattern::StreamAndReuse => page < PAGES / 2 || (i / PAGES).is_multiple_of(5),
             };
@@ -281,4 +289,25 @@ fn fruitless_attempts_cost_at_most_the_overhead_budget_after_the_first() {
         "{profiles} profiles, {sampled} windows sampled: {:.2}% of the cycles",
         share * 100.0
     );
+}
+
+#[test]
+fn a_profile_that_slows_its_target_beyond_the_sampling_budget_ends_at_its_minimum() {
+    // A sweep finds new pages every window, so its profile goes on to its longest; unless
+    // profiling halves the target's speed (a machine that profiles with its prefetchers
+    // off), far beyond the 1% the sampling may cost.
+    let knobs = Knobs {
+        profile_windows: 2,
+        profile_max_windows: 8,
+        ..knobs()
+    };
+    let cheap = |_, _| 0.5;
+    let dear = |_, sampled| if sampled { 0.25 } else { 0.5 };
+    let (fake, _) = run_with(&[(1, Pattern::Sweep)], 30, knobs.clone(), cheap);
+    assert_eq!(
+        fake.sampled_windows[&1], 8,
+        "sampling that costs its budget"
+    );
+    let (fake, _) = run_with(&[(1, Pattern::Sweep)], 30, knobs, dear);
+    assert_eq!(fake.sampled_windows[&1], 2, "profiling at half speed");
 }

@@ -68,6 +68,13 @@ enum Stage {
         /// The IPC of each profile window in which the target ran, by window number: how
         /// much the target's IPC drifts on its own, with no page moved.
         ipcs: Vec<(u64, f64)>,
+        /// The IPC of the last window before the profile that ran unsampled: what a
+        /// profile window runs slower than it is what profiling costs.
+        reference_ipc: Option<f64>,
+        /// Over the profile's windows: cycles, and what they ran slower than the reference
+        /// beyond what the platform says sampling cost.
+        cycles: u64,
+        excess_cost: f64,
     },
     Search(SearchRun),
     Steady {
@@ -126,6 +133,10 @@ pub struct Controller {
     fruitless: u32,
     /// What attempts (a profile and its search) cost, and when the next may start.
     spending: Spending,
+    /// CPU time the platform says sampling cost since the last window.
+    sampling_ns: u64,
+    /// The IPC of the last window that ran unsampled with no search under way.
+    unsampled_ipc: Option<f64>,
     /// A move was made just before this window: not a clean phase reference.
     skip_window: bool,
     history: VecDeque<Event>,
@@ -154,6 +165,8 @@ impl Controller {
             promise: None,
             fruitless: 0,
             spending: Spending::default(),
+            sampling_ns: 0,
+            unsampled_ipc: None,
             skip_window: false,
             history: VecDeque::new(),
             stats: Stats::default(),
@@ -257,6 +270,7 @@ impl Controller {
             Observation::SampleLoss(loss) => {
                 self.stats.samples_lost += loss.lost;
                 self.stats.samples_throttled += loss.throttled;
+                self.sampling_ns += loss.cpu_ns;
             }
             Observation::Migrated(report) => self.on_migrated(report, &mut out),
             Observation::Colours(report) => self.on_colours(report, &mut out),
@@ -307,12 +321,26 @@ impl Controller {
         }
         // A window in which the target did not run says nothing about it.
         let ran = delta.cycles > 0 && delta.instructions > 0;
+        let sampling_ns = std::mem::take(&mut self.sampling_ns);
         if ran {
             self.spending.window(delta.cycles);
-            if let Stage::Profile { .. } = self.stage {
-                // Sampling costs at most what the plan allows of the window.
-                let sampling = self.knobs.sample_cpu_budget * delta.cycles as f64;
-                self.spending.spent(sampling);
+            let sampling = self.sampling_cycles(&delta, sampling_ns);
+            match &mut self.stage {
+                Stage::Profile {
+                    reference_ipc,
+                    cycles,
+                    excess_cost,
+                    ..
+                } => {
+                    let slower = slower_than(&delta, *reference_ipc);
+                    *cycles += delta.cycles;
+                    *excess_cost += (slower - sampling).max(0.0);
+                    self.spending.spent(slower.max(sampling));
+                }
+                Stage::Observe { .. } | Stage::Steady { .. } => {
+                    self.unsampled_ipc = Some(delta.ipc());
+                }
+                _ => {}
             }
         }
         match self.stage.state() {
@@ -327,6 +355,19 @@ impl Controller {
             }
             _ => {}
         }
+    }
+
+    /// What sampling cost the target in a window: what the platform reported
+    /// (`sampling_ns`, at the window's cycles per nanosecond), never more than the plan
+    /// allows of the window. A platform that reports no cost, or no time to convert it
+    /// with, is charged the plan's cap: a cost unknown is not a cost of zero.
+    fn sampling_cycles(&self, delta: &CounterDelta, sampling_ns: u64) -> f64 {
+        let cap = self.knobs.sample_cpu_budget * delta.cycles as f64;
+        if sampling_ns == 0 || delta.time_running == 0 {
+            return cap;
+        }
+        let cycles_per_ns = delta.cycles as f64 / delta.time_running as f64;
+        (sampling_ns as f64 * cycles_per_ns).min(cap)
     }
 
     /// Whether a window misses enough (both thresholds) to be worth profiling.
@@ -375,6 +416,7 @@ impl Controller {
             windows,
             pages_seen,
             ipcs,
+            ..
         } = &mut self.stage
         else {
             return;
@@ -389,10 +431,28 @@ impl Controller {
         let pages = self.profile.len();
         let new_pages = pages - std::mem::replace(pages_seen, pages);
         let saturated = new_pages as f64 <= self.knobs.profile_saturation * pages as f64;
-        if *windows >= self.knobs.profile_max_windows
-            || (*windows >= self.knobs.profile_windows && saturated)
+        let (windows, min_windows) = (*windows, self.knobs.profile_windows);
+        if windows >= self.knobs.profile_max_windows
+            || (windows >= min_windows && (saturated || self.profiling_costs_too_much()))
         {
             self.finish_profile(context, out);
+        }
+    }
+
+    /// Whether the profile so far has slowed the target by more than the sampling budget
+    /// beyond what sampling itself cost: profiling then costs more than the operator
+    /// allowed, and it ends at its minimum length rather than going on for more pages. A
+    /// machine that profiles with its prefetchers off (as ROCS does, so that streaming
+    /// pages show their misses) runs a streaming program at half its speed, while its
+    /// samples cost 1%.
+    fn profiling_costs_too_much(&self) -> bool {
+        match &self.stage {
+            Stage::Profile {
+                cycles,
+                excess_cost,
+                ..
+            } => *excess_cost > self.knobs.sample_cpu_budget * *cycles as f64,
+            _ => false,
         }
     }
 
@@ -460,6 +520,9 @@ impl Controller {
             windows: 0,
             pages_seen: 0,
             ipcs: Vec::new(),
+            reference_ipc: self.unsampled_ipc,
+            cycles: 0,
+            excess_cost: 0.0,
         };
         self.transition(profile, reason, out);
         self.sampling = true;
@@ -593,5 +656,14 @@ fn miss_rate(delta: &CounterDelta) -> f64 {
         0.0
     } else {
         delta.llc_misses as f64 / delta.llc_references as f64
+    }
+}
+
+/// The cycles a window ran slower than it would have at `reference` IPC (negative if it
+/// ran faster; zero with no reference).
+fn slower_than(delta: &CounterDelta, reference: Option<f64>) -> f64 {
+    match reference {
+        Some(reference) if reference > 0.0 => delta.cycles as f64 * (1.0 - delta.ipc() / reference),
+        _ => 0.0,
     }
 }

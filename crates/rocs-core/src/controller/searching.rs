@@ -49,6 +49,8 @@ enum Scatter {
 pub(super) struct SearchRun {
     /// The placement for this `k` is complete: the next window measures it.
     measuring: Option<usize>,
+    /// The placement for this `k` is being made, batch by batch.
+    placing: Option<usize>,
     /// Windows still to wait after a move before measuring.
     settle_left: u32,
     /// Cycles the last move costs the target, still to pass before measuring: a window
@@ -284,43 +286,19 @@ impl Controller {
             {
                 Next::Done(0)
             }
-            None => match search.next_step() {
-                Next::Measure(k) if k > 0 && run.moved_at.is_none() => {
-                    match self.scatter_verdict() {
-                        Scatter::TooNoisy(resolvable) => {
-                            self.run_mut().expect("searching").too_noisy = Some(resolvable);
-                            Next::Done(0)
-                        }
-                        Scatter::Unsure => Next::Measure(0),
-                        Scatter::Quiet => Next::Measure(k),
-                    }
-                }
-                // A probe once the search has cost more than the promise could win back
-                // and has found nothing: exploring further costs more than it can repay,
-                // so the search concludes (at k = 0, unless the Confirm stage sees a gain
-                // after all). A search that has found a gain goes on: its moves so far are
-                // the price of a placement it keeps.
-                Next::Measure(k) if k > 0 && run.overspent.is_none() && !search.has_gain() => {
-                    match self.over_what_it_could_win() {
-                        Some(cost) => {
-                            self.run_mut().expect("searching").overspent = Some(cost);
-                            let search = self.search.as_mut().expect("searching");
-                            if search.conclude() {
-                                search.next_step()
-                            } else {
-                                Next::Measure(k)
-                            }
-                        }
-                        None => Next::Measure(k),
-                    }
-                }
-                next => next,
-            },
+            None => {
+                let first_probe = run.moved_at.is_none();
+                let next = search.next_step();
+                self.affordable(next, first_probe)
+            }
         };
         match next {
             Next::Measure(k) => {
                 let moved_before = self.stats.windows;
-                if self.move_towards(k, out) {
+                let complete = self.move_towards(k, out);
+                let run = self.run_mut().expect("searching");
+                run.placing = (!complete).then_some(k);
+                if complete {
                     let (settle, cost) =
                         (self.knobs.settle_windows, self.knobs.migration_cost_cycles);
                     let run = self.run_mut().expect("searching");
@@ -334,6 +312,53 @@ impl Controller {
                 }
             }
             Next::Done(k) => self.search_done(k, out),
+        }
+    }
+
+    /// The search's `next` step, unless the target cannot afford it. Before the first
+    /// probe: if the windows scatter too much to tell the promised gain, no probe is made;
+    /// otherwise the first probe is made whatever the profile cost (that cost is spent
+    /// either way, and only a probe can tell whether the promise holds). Before each later
+    /// probe, in a search that has found nothing: once the attempt has cost more than the
+    /// promise could win back, exploring further costs more than it can repay, so the
+    /// search concludes (at k = 0, unless the Confirm stage sees a gain after all). A probe
+    /// whose placement is under way is finished: one stopped halfway through its batches
+    /// would have cost them for nothing. A search that has found a gain goes on: its moves
+    /// so far are the price of a placement it keeps.
+    fn affordable(&mut self, next: Next, first_probe: bool) -> Next {
+        let Next::Measure(k) = next else {
+            return next;
+        };
+        let Some(run) = self.run_mut_ref() else {
+            return next;
+        };
+        if k == 0 || run.placing == Some(k) {
+            return next;
+        }
+        let searched_on = run.overspent.is_some();
+        if first_probe {
+            match self.scatter_verdict() {
+                Scatter::TooNoisy(resolvable) => {
+                    self.run_mut().expect("searching").too_noisy = Some(resolvable);
+                    return Next::Done(0);
+                }
+                Scatter::Unsure => return Next::Measure(0),
+                Scatter::Quiet => return next,
+            }
+        }
+        let search = self.search.as_ref().expect("searching");
+        if searched_on || search.has_gain() {
+            return next;
+        }
+        let Some(cost) = self.over_what_it_could_win() else {
+            return next;
+        };
+        self.run_mut().expect("searching").overspent = Some(cost);
+        let search = self.search.as_mut().expect("searching");
+        if search.conclude() {
+            search.next_step()
+        } else {
+            next
         }
     }
 
@@ -383,8 +408,9 @@ impl Controller {
             } else if let Some(cost) = run.overspent {
                 reason += &format!(
                     "; the search ended early, having found no gain: it had cost {:.2} M \
-                     cycles, more than the {:.1}% the profile promises could win back over as \
-                     many cycles again as the target has run",
+                     cycles (its profile included), more than the {:.1}% the profile \
+                     promises could win back over as many cycles again as the target has \
+                     run",
                     cost / 1e6,
                     self.promise.unwrap_or(0.0) * 100.0
                 );

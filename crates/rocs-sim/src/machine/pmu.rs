@@ -166,6 +166,7 @@ impl Counters for Machine {
 
     fn read(&mut self, pid: Pid) -> Result<CounterDelta, SimError> {
         let i = self.proc_index(pid)?;
+        let clock_ghz = self.spec.clock_ghz;
         let st = &mut self.procs[i].st;
         let now = Snapshot {
             instructions: st.instr_fp >> FP_SHIFT,
@@ -179,13 +180,16 @@ impl Counters for Machine {
             let f = (1.0 + self.ipc_noise * self.rng.normal()).clamp(0.5, 1.5);
             cycles = ((cycles as f64 * f).round() as u64).max(1);
         }
+        // perf reports the time a counter ran in nanoseconds; so does the model, so that a
+        // cost reported in time (`SampleLoss::cpu_ns`) converts to cycles as on Linux.
+        let ns = (cycles as f64 / clock_ghz).round() as u64;
         Ok(CounterDelta {
             instructions: now.instructions - last.instructions,
             cycles,
             llc_references: now.llc_refs - last.llc_refs,
             llc_misses: now.llc_misses - last.llc_misses,
-            time_enabled: cycles,
-            time_running: cycles,
+            time_enabled: ns,
+            time_running: ns,
         })
     }
 }
