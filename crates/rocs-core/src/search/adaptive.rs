@@ -91,7 +91,18 @@ const GOLDEN: f64 = 0.381_966;
 const MAX_COARSE_BOUNDARIES: usize = 8;
 
 impl AdaptiveSearch {
-    pub fn new(n: usize, max_repeats: usize, noise_floor: f64, boundaries: Vec<usize>) -> Self {
+    /// `page_budget`: pages moved in one window. A first coarse point that takes more
+    /// windows than one to place is preceded by a cheaper one (an eighth of the stack, at
+    /// most one window's moves): inside a region of uniform pages IPC(k) is close to
+    /// linear, so part of the region shows part of its gain for part of the moves, and a
+    /// stack with nothing to gain is told so before thousands of pages move there and back.
+    pub fn new(
+        n: usize,
+        max_repeats: usize,
+        noise_floor: f64,
+        boundaries: Vec<usize>,
+        page_budget: usize,
+    ) -> Self {
         // Boundaries that split off at least 1/32 of the stack; closer ones are noise.
         let min_gap = n.div_ceil(32).max(1);
         let mut significant: Vec<usize> = Vec::new();
@@ -102,12 +113,16 @@ impl AdaptiveSearch {
             }
         }
         let by_regions = !significant.is_empty() && significant.len() <= MAX_COARSE_BOUNDARIES;
+        let cheap_first = n.div_ceil(8).min(page_budget).max(1);
         let coarse = if by_regions {
+            if significant[0] > page_budget && cheap_first < significant[0] {
+                significant.insert(0, cheap_first);
+            }
             significant.push(n);
             significant
         } else {
             let mut v = Vec::new();
-            let mut k = n.div_ceil(8).max(1);
+            let mut k = cheap_first;
             while k < n {
                 v.push(k);
                 k *= 2;

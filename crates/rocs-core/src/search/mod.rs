@@ -216,6 +216,7 @@ impl Search {
                     knobs.search_max_repeats as usize,
                     knobs.search_noise_floor,
                     boundaries,
+                    knobs.page_budget as usize,
                 )),
             ),
         };
@@ -438,5 +439,28 @@ mod tests {
         let f = |k: usize| if k <= 613 { 1.0 + k as f64 * 1e-3 } else { 1.0 };
         let (k, _) = run(Search::new(&knobs, 1000, vec![613, 900]), f);
         assert_eq!(k, 613);
+    }
+
+    #[test]
+    fn a_first_region_that_takes_windows_to_move_is_probed_at_an_eighth_first() {
+        // 100 pages a window: the first region (800 pages) would take 8 windows to move
+        // there and 8 back: the first probe is the stack's eighth, at most a window's moves.
+        let knobs = Knobs {
+            page_budget: 100,
+            ..Knobs::default()
+        };
+        let mut s = Search::new(&knobs, 1000, vec![800]);
+        for _ in 0..2 {
+            assert_eq!(s.next_step(), Next::Measure(0));
+            s.record(0, 1.0);
+        }
+        assert_eq!(s.next_step(), Next::Measure(100));
+        // Placed in one window, the region's boundary is probed first, as before.
+        let mut s = Search::new(&Knobs::default(), 1000, vec![800]);
+        for _ in 0..2 {
+            assert_eq!(s.next_step(), Next::Measure(0));
+            s.record(0, 1.0);
+        }
+        assert_eq!(s.next_step(), Next::Measure(800));
     }
 }
