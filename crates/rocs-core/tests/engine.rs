@@ -549,3 +549,54 @@ fn a_target_whose_misses_only_stream_is_not_searched() {
     });
     assert!(said, "{:?}", d.events[&1]);
 }
+
+#[test]
+fn a_search_whose_sharer_exits_moves_its_pages_back_and_observes_afresh() {
+    // Either target runs at 0.5 beside the other and at 0.9 alone, wherever its pages are:
+    // once the sharer is gone, every probe would look like a gain over the k = 0 windows
+    // measured beside it (noisy-neighbour's victim on neoverse-like confined half its own
+    // table that way when its neighbour exited mid-search).
+    let ipc = |_: Pid, m: &FakeMachine| if m.first.len() > 1 { 0.5 } else { 0.9 };
+    let mut d = Domain::new(FakeMachine::new(&[(1, 0x1000), (2, 0x2000)], ipc));
+    let mut holder = None;
+    for _ in 0..40 {
+        d.window();
+        holder = d
+            .engine
+            .controllers()
+            .find(|c| c.state() == State::Search && !c.confined().is_empty())
+            .map(|c| c.pid());
+        if holder.is_some() {
+            break;
+        }
+    }
+    let holder = holder.expect("a search confines pages for a probe");
+    let sharer = if holder == 1 { 2 } else { 1 };
+    let mut out = Vec::new();
+    d.driver
+        .exited(&mut d.engine, &mut d.machine, sharer, &mut out);
+    d.note(out);
+    d.machine.first.remove(&sharer);
+    for _ in 0..10 {
+        d.window();
+        if d.state(holder) != State::Search {
+            break;
+        }
+    }
+    assert_eq!(d.state(holder), State::Observe, "{:?}", d.events[&holder]);
+    assert!(
+        !d.machine.confining(holder),
+        "the abandoned search left pages confined"
+    );
+    let said = d.events[&holder].iter().any(|e| {
+        matches!(e, EventKind::Transition { from: State::Search, to: State::Observe, reason }
+            if reason.contains("sharing the LLC started or stopped"))
+    });
+    assert!(said, "{:?}", d.events[&holder]);
+    assert!(
+        !d.events[&holder]
+            .iter()
+            .any(|e| matches!(e, EventKind::SearchDone { k, .. } if *k > 0)),
+        "a placement was chosen from windows of two mixes"
+    );
+}

@@ -319,6 +319,9 @@ impl Controller {
             }
             _ => {}
         }
+        if context.sharers_changed {
+            self.abandon_attempt(out);
+        }
         // A window in which the target did not run says nothing about it.
         let ran = delta.cycles > 0 && delta.instructions > 0;
         let sampling_ns = std::mem::take(&mut self.sampling_ns);
@@ -535,6 +538,27 @@ impl Controller {
     fn stop_sampling(&mut self, out: &mut Vec<Action>) {
         if std::mem::take(&mut self.sampling) {
             out.push(Action::StopSampling);
+        }
+    }
+
+    /// Another target of the LLC started or stopped running: a profile or search under
+    /// way compares windows of two different mixes. A sharer that stops frees the cache it
+    /// polluted, so every later window runs faster whatever the placement: a search that
+    /// went on would take that for its probes' gain (noisy-neighbour's victim on
+    /// neoverse-like confined half its own table when its neighbour exited mid-search,
+    /// 0.62 of off). The attempt ends: a profile stops, a search moves its pages back, and
+    /// the target is observed afresh, to profile again if it still misses under the new mix.
+    fn abandon_attempt(&mut self, out: &mut Vec<Action>) {
+        match &mut self.stage {
+            Stage::Profile { .. } => {
+                self.stop_sampling(out);
+                self.spending.end(false);
+                let reason = "a target sharing the LLC started or stopped during the profile: \
+                              its samples are of another mix; observing afresh";
+                self.transition(Stage::observe(), reason.into(), out);
+            }
+            Stage::Search(run) => run.abandon(),
+            _ => {}
         }
     }
 

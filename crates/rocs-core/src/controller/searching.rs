@@ -82,6 +82,22 @@ pub(super) struct SearchRun {
     /// The search was told to conclude because it had cost more than its promise could
     /// win back: what it had cost, in cycles.
     overspent: Option<f64>,
+    /// The targets sharing the LLC changed during the search: it moves its pages back and
+    /// ends in Observe (see `Controller::abandon_attempt`).
+    abandoned: bool,
+}
+
+impl SearchRun {
+    /// End a search that has not chosen yet at k = 0, without measuring again.
+    pub(super) fn abandon(&mut self) {
+        if self.final_k.is_none() {
+            self.final_k = Some(0);
+            self.abandoned = true;
+            self.measuring = None;
+            self.settle_left = 0;
+            self.settle_cycles = 0;
+        }
+    }
 }
 
 impl Controller {
@@ -394,6 +410,14 @@ impl Controller {
         }
         if self.move_towards(k, out) {
             let run = self.run_mut_ref().expect("searching");
+            if run.abandoned {
+                self.spending.end(false);
+                let reason = "a target sharing the LLC started or stopped during the search: \
+                              its windows compare two mixes, so it chose nothing; the pages \
+                              it moved go back, and the target is observed afresh";
+                self.transition(Stage::observe(), reason.into(), out);
+                return;
+            }
             let mut reason = self.choice_words(k);
             if let Some(resolvable) = run.too_noisy {
                 reason += &format!(
