@@ -322,6 +322,47 @@ fn eval_draws_each_speedup_as_a_bar_of_its_height() {
 }
 
 #[test]
+fn eval_runs_only_the_workloads_asked_for_and_says_so_in_its_command() {
+    let eval = run_json(&[
+        "sim",
+        "eval",
+        "--machines",
+        "tiny",
+        "--workloads",
+        "mcf-like,art-like",
+        "--scale",
+        "0.01",
+        "--oracle-grid",
+        "2",
+        "--json",
+    ]);
+    let rows: Vec<&str> = eval["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["workload"].as_str().unwrap())
+        .collect();
+    assert_eq!(rows, ["mcf-like", "art-like"]);
+    let command = eval["command"].as_str().unwrap();
+    assert!(
+        command.contains("--workloads mcf-like,art-like"),
+        "{command}"
+    );
+    let (ok, _, err) = run(
+        &[
+            "sim",
+            "eval",
+            "--suite",
+            "random",
+            "--workloads",
+            "art-like",
+        ],
+        None,
+    );
+    assert!(!ok && err.contains("--workloads"), "{err}");
+}
+
+#[test]
 fn a_random_campaign_writes_each_workload_so_that_its_run_replays() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("random");

@@ -28,6 +28,10 @@ pub struct EvalArgs {
     /// spr-like,neoverse-like; random and real: every built-in machine].
     #[arg(long, alias = "machine", value_delimiter = ',')]
     pub machines: Option<Vec<String>>,
+    /// paper and modern: evaluate only these of the suite's workloads (built-in names or
+    /// TOML files) [default: the suite's own].
+    #[arg(long, value_delimiter = ',')]
+    pub workloads: Option<Vec<String>>,
     /// Multiply the workloads' length, or `auto` (sizes relative to each machine's LLC,
     /// lengths in proportion) or `auto:N` (that, lengths times N). Paper and modern only.
     #[arg(long, default_value = "1")]
@@ -97,6 +101,9 @@ impl EvalArgs {
         if let Some(m) = &self.machines {
             c += &format!(" --machines {}", m.join(","));
         }
+        if let Some(w) = &self.workloads {
+            c += &format!(" --workloads {}", w.join(","));
+        }
         if self.scale != Scale::Length(1.0) {
             c += &format!(" --scale {}", self.scale);
         }
@@ -118,6 +125,13 @@ impl EvalArgs {
 }
 
 pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
+    if args.workloads.is_some() && !matches!(args.suite.as_str(), "paper" | "modern") {
+        anyhow::bail!(
+            "--workloads chooses among the built-in workloads of the paper and modern suites; \
+             the {} suite makes its own (leave --workloads out)",
+            args.suite
+        );
+    }
     match args.suite.as_str() {
         "paper" => builtins(args, builtin_workloads(), false),
         "modern" => builtins(
@@ -188,6 +202,10 @@ fn builtins(args: EvalArgs, workloads: Vec<&str>, modern: bool) -> anyhow::Resul
     } else {
         &["ppc970fx", "xeon-like"]
     })?;
+    let workloads: Vec<&str> = match &args.workloads {
+        Some(chosen) => chosen.iter().map(String::as_str).collect(),
+        None => workloads,
+    };
     let loaded = workloads
         .iter()
         .map(|w| Workload::resolve(w))
