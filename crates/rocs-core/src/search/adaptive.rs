@@ -127,6 +127,14 @@ impl AdaptiveSearch {
                 v.push(k);
                 k *= 2;
             }
+            // The bottom of the stack holds the pages that miss least, the reused data
+            // whose confinement is the costliest probe to undo (the data must come back
+            // from memory afterwards): the pass reaches the whole stack through three
+            // quarters of it, and stops there if IPC falls.
+            let three_quarters = n * 3 / 4;
+            if v.last().is_some_and(|&last| last < three_quarters) {
+                v.push(three_quarters);
+            }
             v.push(n);
             v
         };

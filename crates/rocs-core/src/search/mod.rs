@@ -442,6 +442,41 @@ mod tests {
     }
 
     #[test]
+    fn the_coarse_pass_reaches_the_whole_stack_through_three_quarters() {
+        // IPC rises up to 600 of 1000 pages, then falls, steeply past 800 (reused data at
+        // the bottom of the stack): the pass doubles to 500, steps to 750, finds it worse,
+        // and the whole stack is never probed.
+        let knobs = Knobs::default();
+        let curve = |k: usize| {
+            let x = k as f64 / 1000.0;
+            if x <= 0.6 {
+                1.0 + 0.1 * x
+            } else if x <= 0.8 {
+                1.06 - 0.3 * (x - 0.6)
+            } else {
+                1.0 - 2.0 * (x - 0.8)
+            }
+        };
+        let mut s = Search::new(&knobs, 1000, vec![]);
+        let mut probed = Vec::new();
+        let k = loop {
+            match s.next_step() {
+                Next::Measure(k) => {
+                    probed.push(k);
+                    s.record(k, curve(k));
+                }
+                Next::Done(k) => break k,
+            }
+        };
+        assert!(probed.contains(&750), "probed {probed:?}");
+        assert!(!probed.contains(&1000), "probed {probed:?}");
+        assert!((500..=700).contains(&k), "chose {k}, probed {probed:?}");
+        // Still rising at three quarters: the whole stack is probed, and chosen.
+        let (k, _) = run(Search::new(&knobs, 1000, vec![]), |k| 1.0 + k as f64 * 1e-4);
+        assert_eq!(k, 1000);
+    }
+
+    #[test]
     fn a_first_region_that_takes_windows_to_move_is_probed_at_an_eighth_first() {
         // 100 pages a window: the first region (800 pages) would take 8 windows to move
         // there and 8 back: the first probe is the stack's eighth, at most a window's moves.
