@@ -29,6 +29,8 @@ enum Pattern {
     /// A sweep over a large array: each window's samples fall on 64 pages never sampled
     /// before, every load a miss.
     Sweep,
+    /// The sweep, and as many loads on 64 pages of reused data that miss one time in five.
+    SweepAndReuse,
 }
 
 /// A target's IPC in a window (counted from 0), and whether it is sampled.
@@ -63,17 +65,19 @@ impl Sampler for Fake {
         }
         *self.sampled_windows.entry(pid).or_default() += 1;
         let (first, pattern) = self.first[&pid];
-        let swept = if pattern == Pattern::Sweep {
-            self.windows * PAGES
-        } else {
-            0
-        };
+        // A sweep's pages come after the 64 of the other patterns.
+        let swept = PAGES + self.windows * PAGES;
         out.extend((0..10 * PAGES).map(|i| {
-            let page = swept + i % PAGES;
-            let miss = match pattern {
-                Pattern::Stream | Pattern::Sweep => true,
-                Pattern::Uniform => (i / PAGES).is_multiple_of(2),
-                Pattern::StreamAndReuse => page < PAGES / 2 || (i / PAGES).is_multiple_of(5),
+            let (page, miss) = match pattern {
+                Pattern::Stream => (i % PAGES, true),
+                Pattern::Sweep => (swept + i % PAGES, true),
+                Pattern::Uniform => (i % PAGES, (i / PAGES).is_multiple_of(2)),
+                Pattern::StreamAndReuse => {
+                    let page = i % PAGES;
+                    (page, page < PAGES / 2 || (i / PAGES).is_multiple_of(5))
+                }
+                Pattern::SweepAndReuse if i % 2 == 0 => (swept + i % PAGES, true),
+                Pattern::SweepAndReuse => (i % PAGES, (i / PAGES).is_multiple_of(5)),
             };
             MemSample {
                 pid,
@@ -303,11 +307,30 @@ fn a_profile_that_slows_its_target_beyond_the_sampling_budget_ends_at_its_minimu
     };
     let cheap = |_, _| 0.5;
     let dear = |_, sampled| if sampled { 0.25 } else { 0.5 };
-    let (fake, _) = run_with(&[(1, Pattern::Sweep)], 30, knobs.clone(), cheap);
+    let (fake, _) = run_with(&[(1, Pattern::SweepAndReuse)], 30, knobs.clone(), cheap);
     assert_eq!(
         fake.sampled_windows[&1], 8,
         "sampling that costs its budget"
     );
-    let (fake, _) = run_with(&[(1, Pattern::Sweep)], 30, knobs, dear);
+    let (fake, _) = run_with(&[(1, Pattern::SweepAndReuse)], 30, knobs, dear);
     assert_eq!(fake.sampled_windows[&1], 2, "profiling at half speed");
+}
+
+#[test]
+fn a_profile_that_promises_nothing_ends_at_its_minimum() {
+    // A sweep with no reused data finds new pages every window, and every one of them
+    // only misses: more of them cannot make a pollute buffer worth anything, so the
+    // profile stops paying for samples at its minimum length.
+    let knobs = Knobs {
+        profile_windows: 2,
+        profile_max_windows: 8,
+        ..knobs()
+    };
+    let (fake, events) = run_with(&[(1, Pattern::Sweep)], 10, knobs, |_, _| 0.5);
+    assert_eq!(fake.sampled_windows[&1], 2, "{:?}", events[&1]);
+    let nothing = events[&1].iter().any(|e| {
+        matches!(e, EventKind::Transition { to: State::Steady, reason, .. }
+            if reason.contains("nothing to win"))
+    });
+    assert!(nothing, "{:?}", events[&1]);
 }

@@ -436,7 +436,8 @@ impl Controller {
         let saturated = new_pages as f64 <= self.knobs.profile_saturation * pages as f64;
         let (windows, min_windows) = (*windows, self.knobs.profile_windows);
         if windows >= self.knobs.profile_max_windows
-            || (windows >= min_windows && (saturated || self.profiling_costs_too_much()))
+            || (windows >= min_windows
+                && (saturated || self.profiling_costs_too_much() || self.promises_nothing(context)))
         {
             self.finish_profile(context, out);
         }

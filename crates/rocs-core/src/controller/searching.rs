@@ -8,7 +8,7 @@ use super::group::GroupJudge;
 use super::messages::{Action, ColourReport, EventKind, MemberWindow, WindowContext};
 use super::{Controller, Stage};
 use crate::knobs::SearchMode;
-use crate::regions::{build_stack, RegionParams};
+use crate::regions::{build_stack, RegionParams, StackBuild};
 use crate::search::{resolvable_gain, Next, Search};
 use crate::{CounterDelta, MissRateStack, VirtPage};
 
@@ -113,12 +113,7 @@ impl Controller {
     pub(super) fn finish_profile(&mut self, context: &WindowContext, out: &mut Vec<Action>) {
         let scored = context.group.is_some();
         self.stop_sampling(out);
-        let params = RegionParams {
-            min_samples: self.knobs.min_samples_per_page,
-            tolerance: self.knobs.region_merge_tolerance,
-            max_gap: self.knobs.region_max_gap,
-        };
-        self.build = build_stack(&self.profile, &params);
+        self.build = build_stack(&self.profile, &self.region_params());
         // Pages confined by name stay where they are: the search ranks the others.
         let explicit = self.pages.explicit();
         if !explicit.is_empty() {
@@ -539,12 +534,16 @@ impl Controller {
     /// sampled 3 times each has pages at 0.33 and at 1.0), a region's rate is what the
     /// stack ranks by.
     pub(super) fn promise(&self) -> f64 {
-        let Some(top) = self.build.stack.entries().first() else {
+        self.promise_of(&self.build)
+    }
+
+    fn promise_of(&self, build: &StackBuild) -> f64 {
+        let Some(top) = build.stack.entries().first() else {
             return 0.0;
         };
         let below = top.miss_rate - self.knobs.region_merge_tolerance;
         let (mut loads, mut winnable) = (0u64, 0u64);
-        for r in &self.build.regions {
+        for r in &build.regions {
             loads += r.hits + r.misses;
             if r.hits > 0 && r.miss_rate < below {
                 winnable += r.misses;
@@ -554,6 +553,27 @@ impl Controller {
             0.0
         } else {
             winnable as f64 / loads as f64
+        }
+    }
+
+    /// Whether the profile so far already says there is nothing to win: its promise is
+    /// under `min_promise`, and no other target of the LLC has reused data that misses
+    /// (the search would be for theirs). More windows add pages to the stack, not reuse
+    /// to the regions: a stream's pages keep coming, and a profile that waited for them
+    /// would pay for samples that cannot change its verdict.
+    pub(super) fn promises_nothing(&self, context: &WindowContext) -> bool {
+        if context.group.is_some() && context.sharers_miss {
+            return false;
+        }
+        let build = build_stack(&self.profile, &self.region_params());
+        self.promise_of(&build) < self.knobs.min_promise
+    }
+
+    fn region_params(&self) -> RegionParams {
+        RegionParams {
+            min_samples: self.knobs.min_samples_per_page,
+            tolerance: self.knobs.region_merge_tolerance,
+            max_gap: self.knobs.region_max_gap,
         }
     }
 
