@@ -189,6 +189,20 @@ impl SimHost {
                             self.daemon.note_measured();
                         }
                         self.daemon.add_sampling_cpu(run.domain.take_sampling_cpu());
+                        // A process that ran to its end exits (as it would on Linux),
+                        // while the others run on: its controller leaves the LLC's domain
+                        // and gives back the turn if it held it.
+                        let finished = run.machine.finished_pids();
+                        let gone: Vec<Pid> = run
+                            .domain
+                            .targets()
+                            .filter(|t| alive && finished.contains(&t.platform_pid))
+                            .map(|t| t.pid)
+                            .collect();
+                        for pid in gone {
+                            run.domain.exited(&mut run.machine, pid);
+                            self.daemon.unregister(pid);
+                        }
                         if !alive {
                             tracing::info!("simulated workload {name} finished; starting it again");
                             let pids: Vec<Pid> = run.domain.targets().map(|t| t.pid).collect();

@@ -140,34 +140,32 @@ fn phased() -> (RunStats, RocsRun) {
 #[test]
 fn the_phased_workload_reprofiles_after_each_phase_change() {
     let (_, run) = phased();
-    // Two repetitions of two phases: three changes, each followed by a profile.
+    // Two repetitions of two phases: three changes. The first streaming phase confines its
+    // stream; the scratch phase after it has nothing to gain.
     let summary: Vec<_> = run
         .profile_points
         .iter()
         .map(|p| (p.instructions, p.stack_pages, p.chosen_k))
         .collect();
     assert_eq!(run.phase_changes, 3, "{summary:?}");
-    assert_eq!(run.profiles, run.phase_changes + 1);
-    // The streaming phases confine their stream; the scratch phases have nothing to gain.
-    let chosen: Vec<usize> = run
-        .profile_points
-        .iter()
-        .filter_map(|p| p.chosen_k)
-        .collect();
-    assert_eq!(chosen.len(), 4);
-    assert!(chosen[0] > 0 && chosen[2] > 0, "{chosen:?}");
+    assert!(run.profiles >= 3, "{summary:?}");
+    let first = run.profile_points[0].chosen_k.unwrap_or(0);
+    assert!(first > 0, "{summary:?}");
+    assert_eq!(run.profile_points[1].chosen_k, Some(0), "{summary:?}");
     // The second streaming phase finds its stream still confined (the scratch phase never
-    // touched it) and recognises its stack: one window at the remembered k, no new search.
-    let again = run.profile_points[2].search_windows.unwrap();
+    // touched it): its reused data hits, so its profile promises nothing more and no
+    // search moves a page; the stream stays confined to the end.
+    let again = run.profile_points[2].search_windows.unwrap_or(0);
     assert!(
         again <= 2,
         "second streaming phase searched {again} windows"
     );
+    assert!(run.pages_confined >= first, "{summary:?}");
 }
 
 #[test]
 #[ignore = "issue 12: since restored pages go back to their own colours (as the shim does), \
-            rocs reaches 0.911 of the oracle here (1.140 against 1.252): its last scratch \
+            rocs reaches 0.915 of the oracle here (1.145 against 1.252): its last scratch \
             phase no longer runs on the luckier layout a random restore happened to give it, \
             and the scratch phases' best k (5 of 145 pages) lies below the coarse pass's \
             first point; run with --ignored"]
@@ -265,5 +263,31 @@ fn noisy_neighbour_tenants_take_turns_and_reach_the_oracle() {
     assert!(
         neighbour.chosen_k.unwrap_or(0) > 0,
         "the neighbour's stream is confined"
+    );
+}
+
+#[test]
+fn a_tenant_that_runs_to_its_end_exits_then() {
+    // The neighbour streams for a tenth of the victim's run. rocsd sees a process exit
+    // when it ends, and so must the simulated machine: a tenant that had only stopped
+    // running kept its controller in the engine, and one holding the LLC's turn kept it,
+    // counting search windows, while the others waited for it to the end of the run.
+    let machine = MachineSpec::resolve("ppc970fx").unwrap();
+    let mut w = Workload::resolve("noisy-neighbour").unwrap().scaled(SCALE);
+    let victim_accesses = w.processes[0].accesses.unwrap();
+    w.processes[1].accesses = Some(victim_accesses / 10);
+    let make = || Machine::new(&machine, &w, 1);
+    let cfg = LoopConfig::default();
+    let base = run_baseline(&make).unwrap();
+    let rocs = run_rocs(&make, &cfg.knobs, cfg.window_for(&base)).unwrap();
+    let (pid, at) = *rocs
+        .exits
+        .first()
+        .unwrap_or_else(|| panic!("no exit seen before the end: {:?}", rocs.final_states));
+    assert_eq!((pid, rocs.exits.len()), (1001, 1), "{:?}", rocs.exits);
+    assert!(
+        at < rocs.stats.cycles / 2,
+        "the neighbour exited at {at} of {} cycles",
+        rocs.stats.cycles
     );
 }

@@ -156,6 +156,9 @@ pub struct RocsRun {
     pub profile_points: Vec<ProfilePoint>,
     /// The controllers' states at the end, by pid.
     pub final_states: Vec<(Pid, State)>,
+    /// The processes seen to exit before the machine finished, with the machine's cycle
+    /// count at the end of the window that saw it.
+    pub exits: Vec<(Pid, u64)>,
 }
 
 /// What the oracle found.
@@ -239,10 +242,15 @@ pub fn run_rocs(
     let mut points: Vec<ProfilePoint> = Vec::new();
     let mut profiled: BTreeSet<(Pid, VirtPage)> = BTreeSet::new();
     let mut outcomes = Vec::new();
+    let mut exits = Vec::new();
     loop {
         let more = m.run_for_checked(window_cycles)?;
-        // A process that ran nothing once the machine has finished is gone.
-        let exited = |_: Pid, d: &CounterDelta| !more && d.instructions == 0;
+        // A process that has run to its end and ran nothing in this window is gone, as
+        // rocsd sees a process exit on Linux. Until then it is a sharer that stopped
+        // running: its controller would keep the LLC's turn, and every other target would
+        // wait for it until the last process ended.
+        let finished = m.finished_pids();
+        let exited = |pid: Pid, d: &CounterDelta| finished.contains(&pid) && d.instructions == 0;
         driver.end_window(&mut engine, &mut m, &exited, &mut outcomes);
         for outcome in outcomes.drain(..) {
             let (pid, event) = match outcome {
@@ -251,6 +259,17 @@ pub fn run_rocs(
                 // The machine's own counts say what sampling cost.
                 Outcome::SamplingCost { .. } => continue,
             };
+            if more
+                && matches!(
+                    event.kind,
+                    EventKind::Transition {
+                        to: State::Exited,
+                        ..
+                    }
+                )
+            {
+                exits.push((pid, m.now()));
+            }
             let c = engine
                 .controller(pid)
                 .expect("the engine keeps exited controllers");
@@ -269,6 +288,7 @@ pub fn run_rocs(
         wall_seconds: start.elapsed().as_secs_f64(),
         pages_profiled: profiled.len(),
         profile_points: points,
+        exits,
         ..RocsRun::default()
     };
     for c in engine.controllers() {

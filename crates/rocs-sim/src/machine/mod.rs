@@ -302,6 +302,16 @@ impl Machine {
         Ok(())
     }
 
+    /// The processes that have run to their end (a finished process runs no more: on
+    /// Linux it would have exited).
+    pub fn finished_pids(&self) -> Vec<Pid> {
+        self.procs
+            .iter()
+            .filter(|p| p.st.finished)
+            .map(|p| p.st.pid)
+            .collect()
+    }
+
     /// True once every process has finished.
     pub fn finished(&self) -> bool {
         self.procs.iter().all(|p| p.st.finished)
