@@ -192,16 +192,18 @@ impl SimHost {
                         // A process that ran to its end exits (as it would on Linux),
                         // while the others run on: its controller leaves the LLC's domain
                         // and gives back the turn if it held it.
-                        let finished = run.machine.finished_pids();
-                        let gone: Vec<Pid> = run
-                            .domain
-                            .targets()
-                            .filter(|t| alive && finished.contains(&t.platform_pid))
-                            .map(|t| t.pid)
-                            .collect();
-                        for pid in gone {
-                            run.domain.exited(&mut run.machine, pid);
-                            self.daemon.unregister(pid);
+                        if alive {
+                            let finished = run.machine.finished_pids();
+                            let gone: Vec<Pid> = run
+                                .domain
+                                .targets()
+                                .filter(|t| finished.contains(&t.platform_pid))
+                                .map(|t| t.pid)
+                                .collect();
+                            for pid in gone {
+                                run.domain.exited(&mut run.machine, pid);
+                                self.daemon.unregister(pid);
+                            }
                         }
                         if !alive {
                             tracing::info!("simulated workload {name} finished; starting it again");

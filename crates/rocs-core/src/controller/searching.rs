@@ -143,7 +143,7 @@ impl Controller {
         // another sharer misses: then the data to protect is theirs.
         let promise = self.promise();
         self.promise = Some(promise);
-        if promise < self.knobs.min_promise && !(scored && context.sharers_miss) {
+        if promise < self.knobs.min_promise && !for_others(context) {
             let reason = format!(
                 "nothing to win: {:.1}% of the sampled LLC loads miss on pages that are also \
                  reused (under min_promise {:.1}%), and no other target of the LLC has reused \
@@ -562,7 +562,7 @@ impl Controller {
     /// to the regions: a stream's pages keep coming, and a profile that waited for them
     /// would pay for samples that cannot change its verdict.
     pub(super) fn promises_nothing(&self, context: &WindowContext) -> bool {
-        if context.group.is_some() && context.sharers_miss {
+        if for_others(context) {
             return false;
         }
         let build = build_stack(&self.profile, &self.region_params());
@@ -623,4 +623,10 @@ fn overlap(a: &HashSet<VirtPage>, b: &HashSet<VirtPage>) -> f64 {
         return 0.0;
     }
     a.iter().filter(|p| b.contains(p)).count() as f64 / a.len() as f64
+}
+
+/// Whether a search of this target could be for the others' gain: it is judged by its LLC
+/// group, and another sharer has reused data that misses.
+fn for_others(context: &WindowContext) -> bool {
+    context.group.is_some() && context.sharers_miss
 }
