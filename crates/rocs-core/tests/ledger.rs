@@ -6,7 +6,9 @@ mod common;
 use std::collections::HashSet;
 
 use common::*;
-use rocs_core::{Command, Controller, Errno, EventKind, Knobs, Observation, SearchMode, VirtPage};
+use rocs_core::{
+    Command, Controller, Errno, EventKind, Knobs, Observation, SearchMode, State, VirtPage,
+};
 
 #[test]
 fn failed_migrations_are_counted_and_not_confined() {
@@ -103,6 +105,55 @@ fn named_pages_are_confined_at_once_kept_out_of_the_search_and_restored() {
     }
     assert!(d.ctrl.confined().is_empty() && d.ctrl.explicit().is_empty());
     assert!(d.world.confined.is_empty());
+}
+
+#[test]
+fn pages_named_during_a_search_leave_its_stack_and_the_search_starts_again() {
+    let mut d = Harness::new(knobs(SearchMode::Adaptive), World::new(art_like(), 0.0, 7));
+    // The search has moved pages for a probe when a policy names some of its top pages
+    // (a mapping whose pages became present after the profile ended).
+    for _ in 0..300 {
+        d.window();
+        if d.ctrl.state() == State::Search && !d.ctrl.confined().is_empty() {
+            break;
+        }
+    }
+    assert_eq!(d.ctrl.state(), State::Search);
+    let named: Vec<VirtPage> = d.ctrl.stack().top(30).collect();
+    let ranked = d.ctrl.stack().len();
+    let a = d.ctrl.on(Observation::Command(Command::Confine {
+        pages: named.clone(),
+    }));
+    d.handle(a);
+    let in_stack = |d: &Harness| {
+        let stack: HashSet<VirtPage> = d.ctrl.stack().top(usize::MAX).collect();
+        named.iter().filter(|p| stack.contains(p)).count()
+    };
+    assert_eq!(in_stack(&d), 0, "named pages leave the stack at once");
+    assert_eq!(d.ctrl.stack().len(), ranked - 30);
+    assert!(d.ctrl.history().any(|e| matches!(
+        &e.kind,
+        EventKind::Transition { reason, .. } if reason.contains("starts again")
+    )));
+
+    d.run_until_steady(300);
+    assert_eq!(in_stack(&d), 0);
+    assert_eq!(d.ctrl.explicit().len(), 30);
+    assert!(named.iter().all(|p| d.world.confined.contains(&p.0)));
+    // The search's own placement is the top of the stack it ranks now.
+    let searched: HashSet<VirtPage> = d
+        .ctrl
+        .confined()
+        .iter()
+        .filter(|p| !d.ctrl.explicit().contains(p))
+        .copied()
+        .collect();
+    let top: HashSet<VirtPage> = d.ctrl.stack().top(searched.len()).collect();
+    assert!(
+        !searched.is_empty(),
+        "art-like gains by confining its stream"
+    );
+    assert_eq!(searched, top);
 }
 
 #[test]

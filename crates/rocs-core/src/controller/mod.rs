@@ -646,6 +646,7 @@ impl Controller {
                     self.skip_window = true;
                     out.push(migrate);
                 }
+                self.set_named_aside(out);
             }
             _ => {}
         }

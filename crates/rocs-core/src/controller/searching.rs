@@ -191,6 +191,66 @@ impl Controller {
         out.push(self.pages.ask_colours(self.build.stack.top(n).collect()));
     }
 
+    /// Pages named since the profile ended (by the operator, or a policy whose mapping's
+    /// pages became present) leave the stack the search ranks, as they would have had they
+    /// been named before it was built. A search still choosing starts again over the stack
+    /// without them: its measurements compared placements that moved them, and its `k`
+    /// counted them. A search moving to its choice keeps the same pages (its `k` less the
+    /// named ones among them); a stack in Steady only loses them.
+    pub(super) fn set_named_aside(&mut self, out: &mut Vec<Action>) {
+        let named = self.pages.explicit();
+        let entries = self.build.stack.entries();
+        if !entries.iter().any(|e| named.contains(&e.page)) {
+            return;
+        }
+        let named_above = |k: usize| {
+            let top = entries.iter().take(k);
+            top.filter(|e| named.contains(&e.page)).count()
+        };
+        let kept: Vec<_> = entries
+            .iter()
+            .filter(|e| !named.contains(&e.page))
+            .copied()
+            .collect();
+        let left = entries.len() - kept.len();
+        let Stage::Search(run) = &mut self.stage else {
+            self.build.stack = MissRateStack::from_entries(kept);
+            return;
+        };
+        if let Some(k) = run.final_k {
+            let k = k - named_above(k);
+            run.placing = run.placing.map(|_| k);
+            run.final_k = Some(k);
+            self.build.stack = MissRateStack::from_entries(kept);
+            return;
+        }
+        self.build.stack = MissRateStack::from_entries(kept);
+        let n = self.build.stack.len();
+        let restarted = SearchRun {
+            started_at: run.started_at,
+            judged_by_group: run.judged_by_group,
+            profile_ipcs: std::mem::take(&mut run.profile_ipcs),
+            moved_at: run.moved_at,
+            // Nothing left to rank: back to k = 0, then Steady.
+            final_k: (n == 0).then_some(0),
+            ..SearchRun::default()
+        };
+        if n > 0 {
+            let mut search = Search::new(&self.knobs, n, self.build.stack.boundaries());
+            if restarted.judged_by_group {
+                search.judged_by_group();
+            }
+            self.search = Some(search);
+        }
+        let reason = format!(
+            "{left} page(s) confined by name (the operator or a policy) leave the stack: \
+             the search starts again over the {n} pages left, since its measurements \
+             compared placements that moved named pages"
+        );
+        // The next window starts the new search (at k = 0, moving the probe's pages back).
+        self.transition(Stage::Search(restarted), reason, out);
+    }
+
     pub(super) fn on_colours(&mut self, report: ColourReport, out: &mut Vec<Action>) {
         if !self.pages.on_colours(&report, &self.pollute) {
             return;
