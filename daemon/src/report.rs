@@ -38,7 +38,18 @@ pub fn describe(kind: &EventKind, shown: &dyn Fn(Pid) -> Pid) -> (&'static str, 
             // Who gained and who paid: each sharer's pace against the turn's start.
             let paces = sharers
                 .iter()
-                .map(|p| format!("pid {} {:+.1}%", shown(p.pid), (p.pace - 1.0) * 100.0))
+                .map(|p| {
+                    let phase = if p.other_phase {
+                        " in another phase, not counted"
+                    } else {
+                        ""
+                    };
+                    format!(
+                        "pid {} {:+.1}%{phase}",
+                        shown(p.pid),
+                        (p.pace - 1.0) * 100.0
+                    )
+                })
                 .collect::<Vec<_>>()
                 .join(", ");
             let paces = if paces.is_empty() {
@@ -166,10 +177,17 @@ mod tests {
                 rocs_core::SharerPace {
                     pid: 1000,
                     pace: 1.0,
+                    other_phase: false,
                 },
                 rocs_core::SharerPace {
                     pid: 1001,
                     pace: 1.33,
+                    other_phase: false,
+                },
+                rocs_core::SharerPace {
+                    pid: 1002,
+                    pace: 7.0,
+                    other_phase: true,
                 },
             ],
         };
@@ -177,7 +195,8 @@ mod tests {
         let (_, text) = describe(&step, &|p| shown.get(&p).copied().unwrap_or(p));
         assert_eq!(
             text,
-            "k = 64: IPC 0.500, MPKI 12.00, LLC group score 1.200 (pid 7 +0.0%, pid 8 +33.0%)"
+            "k = 64: IPC 0.500, MPKI 12.00, LLC group score 1.200 (pid 7 +0.0%, pid 8 +33.0%, \
+             pid 1002 +600.0% in another phase, not counted)"
         );
     }
 

@@ -241,6 +241,7 @@ impl Engine {
                 (turn_ipc > 0.0 && d.cycles > 0 && d.instructions > 0).then(|| MemberWindow {
                     pid,
                     ipc: d.ipc(),
+                    llc_apki: d.llc_references as f64 * 1000.0 / d.instructions as f64,
                     turn_ipc,
                     floor: (!knobs.background).then_some(1.0 - knobs.max_slowdown),
                 })

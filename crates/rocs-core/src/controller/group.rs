@@ -11,13 +11,45 @@ use crate::Pid;
 /// part), and one window says more about where the sweep was than about `k`.
 const MEASURE_WINDOWS: usize = 2;
 
-/// The windows measured at the current placement, and each member's IPC at k = 0.
+/// A sharer whose LLC references per instruction differ by more than this share from its
+/// own at k = 0 runs another phase: the searcher's placement decides which of a sharer's
+/// LLC references hit, not how many it makes (its private caches hold none of the
+/// searcher's pages). In the simulator a sharer's rate stays within 2% of its k = 0 rate
+/// at every placement, even where the placement doubles its pace; phases moved it by 14%
+/// and by 99% while its IPC rose 7- and 10-fold.
+const OTHER_PHASE: f64 = 0.10;
+
+/// A mean kept as a sum and a count.
+#[derive(Clone, Copy, Debug, Default)]
+struct Mean {
+    sum: f64,
+    n: u32,
+}
+
+impl Mean {
+    fn add(&mut self, x: f64) {
+        self.sum += x;
+        self.n += 1;
+    }
+
+    fn get(&self) -> Option<f64> {
+        (self.n > 0).then(|| self.sum / f64::from(self.n))
+    }
+}
+
+/// One member's k = 0 reference: its mean IPC and LLC references per kilo-instruction
+/// over the search's k = 0 placements (each placement's mean counts once).
+#[derive(Clone, Copy, Debug, Default)]
+struct Reference {
+    ipc: Mean,
+    llc_apki: Mean,
+}
+
+/// The windows measured at the current placement, and each member's k = 0 reference.
 #[derive(Clone, Debug, Default)]
 pub(super) struct GroupJudge {
     span: Vec<Vec<MemberWindow>>,
-    /// Each member's IPC at k = 0: the sum of its means over the search's k = 0
-    /// placements, and how many.
-    at_zero: BTreeMap<Pid, (f64, u32)>,
+    at_zero: BTreeMap<Pid, Reference>,
 }
 
 impl GroupJudge {
@@ -27,8 +59,9 @@ impl GroupJudge {
         self.span.len() >= MEASURE_WINDOWS
     }
 
-    /// The score of the placement `k` measured over the windows given since the last
-    /// judgement, and each member's pace; `None` if no member ran in them.
+    /// The score of the placement `k` of `searcher`'s pages, measured over the windows
+    /// given since the last judgement, and each member's pace; `None` if no member ran in
+    /// them.
     ///
     /// A member's pace is its mean IPC over those windows over its IPC at k = 0: the mean
     /// of the search's k = 0 measurements so far. Measured against k = 0 of the same
@@ -38,6 +71,13 @@ impl GroupJudge {
     /// Before any k = 0 measurement, a k = 0 placement is its own reference (pace 1) and
     /// any other is judged against the window the turn began with.
     ///
+    /// A sharer whose phase changed since k = 0 (see [`OTHER_PHASE`]) counts at pace 1:
+    /// its IPC says what it runs now, not what the placement did (a sharer entering a
+    /// phase that fits in its L1 ran at 7 times its k = 0 pace, and a search confined the
+    /// searcher's reused pages for it: 0.77 of off). The searcher itself is always
+    /// counted: confining its pages squeezes its own physically indexed private caches,
+    /// which changes its rate, and that cost is the placement's.
+    ///
     /// The score is the harmonic mean of the paces: each member's progress counts relative
     /// to its own (a memory-bound member that speeds up by 40% is worth as much as a fast
     /// one that does), and the harmonic mean is the throughput measure that does not
@@ -45,20 +85,22 @@ impl GroupJudge {
     /// 0.31, not the 2.1 of their plain mean). A placement that slows a member below its
     /// floor (`max_slowdown`, unless it is background) scores that member's pace instead,
     /// below k = 0's, so no search chooses it.
-    pub fn judge(&mut self, k: usize) -> Option<(f64, Vec<SharerPace>)> {
+    pub fn judge(&mut self, k: usize, searcher: Pid) -> Option<(f64, Vec<SharerPace>)> {
         let span = std::mem::take(&mut self.span);
-        let mut sums: BTreeMap<Pid, (f64, u32, MemberWindow)> = BTreeMap::new();
+        let mut measured: BTreeMap<Pid, (Reference, MemberWindow)> = BTreeMap::new();
         for m in span.iter().flatten() {
-            let e = sums.entry(m.pid).or_insert((0.0, 0, *m));
-            e.0 += m.ipc;
-            e.1 += 1;
+            let e = measured.entry(m.pid).or_insert((Reference::default(), *m));
+            e.0.ipc.add(m.ipc);
+            e.0.llc_apki.add(m.llc_apki);
         }
         let mut paces = Vec::new();
+        let mut counted = Vec::new();
         let mut floors = Vec::new();
-        for (&pid, &(sum, n, last)) in &sums {
-            let mean = sum / f64::from(n);
-            let reference = match self.at_zero.get(&pid) {
-                Some(&(s, c)) => s / f64::from(c),
+        for (&pid, (here, last)) in &measured {
+            let mean = here.ipc.get().expect("measured");
+            let zero = self.at_zero.get(&pid);
+            let reference = match zero.and_then(|z| z.ipc.get()) {
+                Some(ipc) => ipc,
                 None if k == 0 => mean,
                 None => last.turn_ipc,
             };
@@ -66,26 +108,37 @@ impl GroupJudge {
                 continue;
             }
             let pace = mean / reference;
-            paces.push(SharerPace { pid, pace });
+            let apki = here.llc_apki.get().expect("measured");
+            let other_phase = pid != searcher
+                && k > 0
+                && zero
+                    .and_then(|z| z.llc_apki.get())
+                    .is_some_and(|z| z > 0.0 && (apki / z - 1.0).abs() > OTHER_PHASE);
+            paces.push(SharerPace {
+                pid,
+                pace,
+                other_phase,
+            });
+            counted.push(if other_phase { 1.0 } else { pace });
             floors.push(last.floor);
         }
         if k == 0 {
-            for (&pid, &(sum, n, _)) in &sums {
-                let e = self.at_zero.entry(pid).or_insert((0.0, 0));
-                e.0 += sum / f64::from(n);
-                e.1 += 1;
+            for (&pid, (here, _)) in &measured {
+                let z = self.at_zero.entry(pid).or_default();
+                z.ipc.add(here.ipc.get().expect("measured"));
+                z.llc_apki.add(here.llc_apki.get().expect("measured"));
             }
         }
         if paces.is_empty() {
             return None;
         }
-        let inverse: f64 = paces.iter().map(|p| 1.0 / p.pace).sum();
-        let harmonic = paces.len() as f64 / inverse;
-        let refused = paces
+        let inverse: f64 = counted.iter().map(|p| 1.0 / p).sum();
+        let harmonic = counted.len() as f64 / inverse;
+        let refused = counted
             .iter()
             .zip(&floors)
-            .filter(|(p, floor)| floor.is_some_and(|f| p.pace < f))
-            .map(|(p, _)| p.pace)
+            .filter(|(&p, floor)| floor.is_some_and(|f| p < f))
+            .map(|(&p, _)| p)
             .reduce(f64::min);
         Some((refused.map_or(harmonic, |worst| worst.min(harmonic)), paces))
     }
@@ -99,6 +152,7 @@ mod tests {
         MemberWindow {
             pid,
             ipc,
+            llc_apki: 10.0,
             turn_ipc,
             floor: Some(0.95),
         }
@@ -108,7 +162,7 @@ mod tests {
         let w = || vec![member(1, ipcs[0], turn[0]), member(2, ipcs[1], turn[1])];
         assert!(!j.window(w()));
         assert!(j.window(w()));
-        j.judge(k).expect("both ran").0
+        j.judge(k, 1).expect("both ran").0
     }
 
     #[test]
@@ -146,11 +200,54 @@ mod tests {
         for (k, ipcs) in [(0, [0.5, 0.2]), (7, [0.45, 0.3])] {
             j.window(bg(ipcs));
             j.window(bg(ipcs));
-            let score = j.judge(k).expect("both ran").0;
+            let score = j.judge(k, 1).expect("both ran").0;
             if k == 7 {
                 assert!((score - 2.0 / (1.0 / 0.9 + 1.0 / 1.5)).abs() < 1e-12);
             }
         }
+    }
+
+    #[test]
+    fn a_sharer_in_another_phase_counts_at_pace_one_and_the_searcher_always_counts() {
+        let turn = [0.5, 0.2];
+        let mut j = GroupJudge::default();
+        judged(&mut j, 0, [0.5, 0.2], turn);
+        // Member 2 runs 7 times as fast and reaches the LLC 20% less often: another
+        // phase. Member 1, the searcher, reaches it twice as often (its own confined
+        // pages squeeze its private caches) and pays 2%: that is the placement's.
+        let w = || {
+            vec![
+                MemberWindow {
+                    llc_apki: 20.0,
+                    ..member(1, 0.49, 0.5)
+                },
+                MemberWindow {
+                    llc_apki: 8.0,
+                    ..member(2, 1.4, 0.2)
+                },
+            ]
+        };
+        j.window(w());
+        j.window(w());
+        let (score, paces) = j.judge(5, 1).expect("both ran");
+        assert!((score - 2.0 / (1.0 / 0.98 + 1.0)).abs() < 1e-12, "{score}");
+        assert!(!paces[0].other_phase);
+        assert!(paces[1].other_phase && (paces[1].pace - 7.0).abs() < 1e-12);
+        // Within the band, the same sharer's gain counts.
+        let w = || {
+            vec![
+                member(1, 0.49, 0.5),
+                MemberWindow {
+                    llc_apki: 9.5,
+                    ..member(2, 0.4, 0.2)
+                },
+            ]
+        };
+        j.window(w());
+        j.window(w());
+        let (score, paces) = j.judge(5, 1).expect("both ran");
+        assert!(!paces[1].other_phase);
+        assert!((score - 2.0 / (1.0 / 0.98 + 0.5)).abs() < 1e-12, "{score}");
     }
 
     #[test]

@@ -189,6 +189,10 @@ pub enum EventKind {
 pub struct SharerPace {
     pub pid: Pid,
     pub pace: f64,
+    /// Its LLC references per instruction changed since k = 0: it runs another phase, and
+    /// the score counted it at pace 1 (see the group judge).
+    #[serde(default)]
+    pub other_phase: bool,
 }
 
 /// Running totals, for inspection and metrics.
@@ -218,6 +222,9 @@ pub struct MemberWindow {
     pub pid: Pid,
     /// Its IPC in this window.
     pub ipc: f64,
+    /// Its LLC references per thousand instructions in this window: what it runs, which
+    /// no placement of another target's pages changes.
+    pub llc_apki: f64,
     /// Its IPC in the window the turn began with, before any sampling or move of the turn.
     pub turn_ipc: f64,
     /// The least pace its policy accepts (1 - `max_slowdown`); `None` for a background

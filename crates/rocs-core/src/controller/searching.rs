@@ -276,6 +276,7 @@ impl Controller {
         }
         self.skip_window = false;
         let worth = self.worth_profiling(delta);
+        let pid = self.pid;
         let Some(run) = self.run_mut() else {
             return;
         };
@@ -306,7 +307,7 @@ impl Controller {
             if !run.group.window(members) {
                 return;
             }
-            match run.group.judge(k) {
+            match run.group.judge(k, pid) {
                 Some((score, paces)) => (value, sharers) = (score, paces),
                 None => return,
             }
