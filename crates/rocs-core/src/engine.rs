@@ -182,6 +182,12 @@ impl Engine {
                     .flatten(),
                 sharers_changed: self.tell_changed.remove(&pid),
                 sharers_miss: self.others_miss(pid),
+                running_sharers: self
+                    .running
+                    .iter()
+                    .filter(|&&p| p != pid)
+                    .copied()
+                    .collect(),
             };
             let delta = self.window[&pid];
             let member = self.members.get_mut(&pid).expect("a member");

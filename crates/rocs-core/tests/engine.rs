@@ -600,3 +600,58 @@ fn a_search_whose_sharer_exits_moves_its_pages_back_and_observes_afresh() {
         "a placement was chosen from windows of two mixes"
     );
 }
+
+#[test]
+fn a_placement_chosen_for_a_sharer_goes_back_when_the_sharer_exits() {
+    // Confining target 1 doubles target 2's pace and costs target 1 nothing while 2 runs;
+    // alone, target 1 runs slower confined (its own reused data squeezed for no one).
+    let ipc = |pid: Pid, m: &FakeMachine| match (pid, m.confining(1), m.first.len() > 1) {
+        (1, _, true) => 0.5,
+        (1, true, false) => 0.4,
+        (1, false, false) => 0.6,
+        (_, true, _) => 0.4,
+        (_, false, _) => 0.2,
+    };
+    let mut d = searched_by_the_streamer(ipc, false);
+    assert!(d.machine.confining(1), "{:?}", d.events[&1]);
+    assert_eq!(d.state(1), State::Steady);
+    let mut out = Vec::new();
+    d.driver.exited(&mut d.engine, &mut d.machine, 2, &mut out);
+    d.note(out);
+    d.machine.first.remove(&2);
+    for _ in 0..5 {
+        d.window();
+        if d.state(1) == State::Observe {
+            break;
+        }
+    }
+    // Observed afresh with every page back (a new search alone may confine again later).
+    assert_eq!(d.state(1), State::Observe, "{:?}", d.events[&1]);
+    assert!(!d.machine.confining(1), "{:?}", d.events[&1]);
+    let said = d.events[&1].iter().any(|e| {
+        matches!(e, EventKind::Transition { from: State::Steady, to: State::Search, reason }
+            if reason.contains("(pid 2) no longer run"))
+    });
+    assert!(said, "{:?}", d.events[&1]);
+}
+
+#[test]
+fn a_placement_of_the_searchers_own_stays_when_a_sharer_exits() {
+    // Confining target 1 gains target 1 itself most: its placement is its own.
+    let ipc = |pid: Pid, m: &FakeMachine| match (pid, m.confining(1)) {
+        (1, true) => 0.8,
+        (1, false) => 0.5,
+        (_, true) => 0.22,
+        (_, false) => 0.2,
+    };
+    let mut d = searched_by_the_streamer(ipc, false);
+    assert!(d.machine.confining(1), "{:?}", d.events[&1]);
+    let mut out = Vec::new();
+    d.driver.exited(&mut d.engine, &mut d.machine, 2, &mut out);
+    d.note(out);
+    d.machine.first.remove(&2);
+    for _ in 0..5 {
+        d.window();
+    }
+    assert!(d.machine.confining(1), "{:?}", d.events[&1]);
+}

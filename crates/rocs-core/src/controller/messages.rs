@@ -1,6 +1,8 @@
 //! What goes into a controller and what comes out of it: observations, actions, events,
 //! and the operator's commands.
 
+use std::collections::BTreeSet;
+
 use serde::{Deserialize, Serialize};
 
 use crate::{
@@ -249,6 +251,8 @@ pub struct WindowContext {
     /// profiling by its own policy, and its last profile, if it has one, promised a gain:
     /// there is reused data of others a placement could protect.
     pub sharers_miss: bool,
+    /// The other targets of the LLC that ran in this window.
+    pub running_sharers: BTreeSet<Pid>,
 }
 
 impl Default for WindowContext {
@@ -258,6 +262,7 @@ impl Default for WindowContext {
             group: None,
             sharers_changed: false,
             sharers_miss: false,
+            running_sharers: BTreeSet::new(),
         }
     }
 }

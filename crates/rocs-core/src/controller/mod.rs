@@ -76,7 +76,8 @@ enum Stage {
         cycles: u64,
         excess_cost: f64,
     },
-    Search(SearchRun),
+    /// Boxed: a search's state is many times the size of the other stages'.
+    Search(Box<SearchRun>),
     Steady {
         /// Windows observed in this Steady stretch.
         windows: u32,
@@ -135,6 +136,9 @@ pub struct Controller {
     spending: Spending,
     /// CPU time the platform says sampling cost since the last window.
     sampling_ns: u64,
+    /// The other targets of the LLC the kept placement was chosen for (empty when it is
+    /// this target's own; see `Controller::undo_for_sharers`).
+    beneficiaries: BTreeSet<Pid>,
     /// The IPC of the last window that ran unsampled with no search under way.
     unsampled_ipc: Option<f64>,
     /// A move was made just before this window: not a clean phase reference.
@@ -166,6 +170,7 @@ impl Controller {
             fruitless: 0,
             spending: Spending::default(),
             sampling_ns: 0,
+            beneficiaries: BTreeSet::new(),
             unsampled_ipc: None,
             skip_window: false,
             history: VecDeque::new(),
@@ -321,6 +326,7 @@ impl Controller {
         }
         if context.sharers_changed {
             self.abandon_attempt(out);
+            self.undo_for_sharers(&context.running_sharers, out);
         }
         // A window in which the target did not run says nothing about it.
         let ran = delta.cycles > 0 && delta.instructions > 0;
@@ -517,6 +523,7 @@ impl Controller {
     /// Start an attempt: a profile, then a search if the profile promises something.
     fn start_profile(&mut self, reason: String, out: &mut Vec<Action>) {
         self.spending.start();
+        self.beneficiaries.clear();
         self.profile.clear();
         self.pages.forget_failures();
         self.stats.profiles += 1;

@@ -2,15 +2,15 @@
 //! pages already in the pollute colours are learnt, then each placement the search asks
 //! for is moved to, settled and measured, until the search chooses its `k`.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use super::group::GroupJudge;
-use super::messages::{Action, ColourReport, EventKind, MemberWindow, WindowContext};
+use super::messages::{Action, ColourReport, EventKind, MemberWindow, SharerPace, WindowContext};
 use super::{Controller, Stage};
 use crate::knobs::SearchMode;
 use crate::regions::{build_stack, RegionParams, StackBuild};
 use crate::search::{resolvable_gain, Next, Search};
-use crate::{CounterDelta, MissRateStack, VirtPage};
+use crate::{CounterDelta, MissRateStack, Pid, VirtPage};
 
 /// Phases whose search result is remembered (the oldest is forgotten first).
 const PHASES_REMEMBERED: usize = 4;
@@ -82,9 +82,13 @@ pub(super) struct SearchRun {
     /// The search was told to conclude because it had cost more than its promise could
     /// win back: what it had cost, in cycles.
     overspent: Option<f64>,
-    /// The targets sharing the LLC changed during the search: it moves its pages back and
-    /// ends in Observe (see `Controller::abandon_attempt`).
-    abandoned: bool,
+    /// Each sharer's pace at each `k` measured (the last measurement), for a search judged
+    /// by the LLC group.
+    paces: BTreeMap<usize, Vec<SharerPace>>,
+    /// The search moves its pages back and ends in Observe, for this reason: the targets
+    /// sharing the LLC changed during it (see `Controller::abandon_attempt`), or those a
+    /// kept placement was chosen for no longer run (see `Controller::undo_for_sharers`).
+    abandoned: Option<&'static str>,
 }
 
 impl SearchRun {
@@ -92,7 +96,11 @@ impl SearchRun {
     pub(super) fn abandon(&mut self) {
         if self.final_k.is_none() {
             self.final_k = Some(0);
-            self.abandoned = true;
+            self.abandoned = Some(
+                "a target sharing the LLC started or stopped during the search: its windows \
+                 compare two mixes, so it chose nothing; the pages it moved go back, and the \
+                 target is observed afresh",
+            );
             self.measuring = None;
             self.settle_left = 0;
             self.settle_cycles = 0;
@@ -103,7 +111,7 @@ impl SearchRun {
 impl Controller {
     fn run_mut(&mut self) -> Option<&mut SearchRun> {
         match &mut self.stage {
-            Stage::Search(run) => Some(run),
+            Stage::Search(run) => Some(run.as_mut()),
             _ => None,
         }
     }
@@ -185,7 +193,7 @@ impl Controller {
             profile_ipcs,
             ..SearchRun::default()
         };
-        self.transition(Stage::Search(run), reason, out);
+        self.transition(Stage::Search(Box::new(run)), reason, out);
         // First learn which stack pages already sit in the pollute colours; the search
         // starts once the answer is in.
         out.push(self.pages.ask_colours(self.build.stack.top(n).collect()));
@@ -248,7 +256,62 @@ impl Controller {
              compared placements that moved named pages"
         );
         // The next window starts the new search (at k = 0, moving the probe's pages back).
-        self.transition(Stage::Search(restarted), reason, out);
+        self.transition(Stage::Search(Box::new(restarted)), reason, out);
+    }
+
+    /// The other targets a placement at `k` of a search judged by the LLC group was
+    /// chosen for: those whose pace there was above the searcher's own (not counting
+    /// sharers in another phase). Empty for a search judged alone, for k = 0, and for a
+    /// placement that paid the searcher most: that one is its own.
+    fn beneficiaries_of(&self, k: usize) -> BTreeSet<Pid> {
+        let Some(run) = self.run_mut_ref().filter(|r| r.judged_by_group && k > 0) else {
+            return BTreeSet::new();
+        };
+        let Some(paces) = run.paces.get(&k) else {
+            return BTreeSet::new();
+        };
+        let own = paces
+            .iter()
+            .find(|p| p.pid == self.pid)
+            .map_or(1.0, |p| p.pace);
+        paces
+            .iter()
+            .filter(|p| p.pid != self.pid && !p.other_phase && p.pace > own)
+            .map(|p| p.pid)
+            .collect()
+    }
+
+    /// A placement kept for other targets' sake is judged by a mix that is gone once none
+    /// of them runs any more: alone, or beside others, the searcher pays for it with
+    /// nothing in return (a tenant whose placement gained its two sharers 8% and 9% at no
+    /// cost to itself ran alone for the last half of its run with its reused pages in
+    /// 1/16 of the cache: 0.82 of off). Its pages go back, and the target is observed
+    /// afresh, to profile and search again if it still misses under the new mix.
+    pub(super) fn undo_for_sharers(&mut self, running: &BTreeSet<Pid>, out: &mut Vec<Action>) {
+        if !matches!(self.stage, Stage::Steady { .. })
+            || self.beneficiaries.is_empty()
+            || !self.beneficiaries.is_disjoint(running)
+        {
+            return;
+        }
+        let gone: Vec<String> = std::mem::take(&mut self.beneficiaries)
+            .iter()
+            .map(|p| p.to_string())
+            .collect();
+        let run = SearchRun {
+            final_k: Some(0),
+            abandoned: Some(
+                "the pages chosen for other targets' sake are back; the target is observed \
+                 afresh",
+            ),
+            started_at: self.stats.windows,
+            ..SearchRun::default()
+        };
+        let reason = format!(
+            "the targets this placement was chosen for (pid {}) no longer run: its pages go back",
+            gone.join(", pid ")
+        );
+        self.transition(Stage::Search(Box::new(run)), reason, out);
     }
 
     pub(super) fn on_colours(&mut self, report: ColourReport, out: &mut Vec<Action>) {
@@ -308,7 +371,10 @@ impl Controller {
                 return;
             }
             match run.group.judge(k, pid) {
-                Some((score, paces)) => (value, sharers) = (score, paces),
+                Some((score, paces)) => {
+                    run.paces.insert(k, paces.clone());
+                    (value, sharers) = (score, paces);
+                }
                 None => return,
             }
         }
@@ -443,7 +509,11 @@ impl Controller {
             let windows = self.stats.windows - run.started_at;
             let m = search.measurements();
             let (ipc, baseline_ipc) = (m.mean(k), m.mean(0));
-            if let (true, Some(ipc), Some(baseline_ipc)) = (k > 0, ipc, baseline_ipc) {
+            let beneficiaries = self.beneficiaries_of(k);
+            // A placement chosen for other targets' sake is the mix's, not this phase's:
+            // it is not recalled when the phase comes back.
+            let own = beneficiaries.is_empty();
+            if let (true, true, Some(ipc), Some(baseline_ipc)) = (k > 0, own, ipc, baseline_ipc) {
                 let pages: HashSet<VirtPage> = self.build.stack.top(k).collect();
                 // The same phase found again replaces its old entry.
                 self.remembered
@@ -455,6 +525,7 @@ impl Controller {
                 });
                 self.remembered.truncate(PHASES_REMEMBERED);
             }
+            self.beneficiaries = beneficiaries;
             self.run_mut().expect("searching").final_k = Some(k);
             let done = EventKind::SearchDone {
                 k,
@@ -466,11 +537,8 @@ impl Controller {
         }
         if self.move_towards(k, out) {
             let run = self.run_mut_ref().expect("searching");
-            if run.abandoned {
+            if let Some(reason) = run.abandoned {
                 self.spending.end(false);
-                let reason = "a target sharing the LLC started or stopped during the search: \
-                              its windows compare two mixes, so it chose nothing; the pages \
-                              it moved go back, and the target is observed afresh";
                 self.transition(Stage::observe(), reason.into(), out);
                 return;
             }
@@ -582,7 +650,7 @@ impl Controller {
 
     fn run_mut_ref(&self) -> Option<&SearchRun> {
         match &self.stage {
-            Stage::Search(run) => Some(run),
+            Stage::Search(run) => Some(run.as_ref()),
             _ => None,
         }
     }
