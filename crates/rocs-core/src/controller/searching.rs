@@ -554,11 +554,17 @@ impl Controller {
                     self.promise.unwrap_or(0.0) * 100.0
                 );
             } else if let Some(cost) = run.overspent {
+                // Told to conclude, the search still keeps a point its last measurements
+                // confirm beats k = 0.
+                let outcome = if k == 0 {
+                    "ended early, having found no gain"
+                } else {
+                    "was cut short, and its confirmation kept the best point measured"
+                };
                 reason += &format!(
-                    "; the search ended early, having found no gain: it had cost {:.2} M \
-                     cycles (its profile included), more than the {:.1}% the profile \
-                     promises could win back over as many cycles again as the target has \
-                     run",
+                    "; the search {outcome}: it had cost {:.2} M cycles (its profile \
+                     included), more than the {:.1}% the profile promises could win back \
+                     over as many cycles again as the target has run",
                     cost / 1e6,
                     self.promise.unwrap_or(0.0) * 100.0
                 );
