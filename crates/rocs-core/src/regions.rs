@@ -94,8 +94,13 @@ pub struct StackBuild {
 impl StackBuild {
     /// Whether `page` is in the stack: the stack is the pages of the regions, every one.
     pub fn contains(&self, page: VirtPage) -> bool {
+        self.region_of(page).is_some()
+    }
+
+    /// The region `page` lies in, if any.
+    pub fn region_of(&self, page: VirtPage) -> Option<&Region> {
         let i = self.regions.partition_point(|r| r.last < page);
-        self.regions.get(i).is_some_and(|r| r.first <= page)
+        self.regions.get(i).filter(|r| r.first <= page)
     }
 }
 

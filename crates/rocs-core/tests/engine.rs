@@ -655,3 +655,37 @@ fn a_placement_of_the_searchers_own_stays_when_a_sharer_exits() {
     }
     assert!(d.machine.confining(1), "{:?}", d.events[&1]);
 }
+
+#[test]
+fn a_profile_that_sees_only_misses_with_reused_pages_confined_moves_them_back() {
+    // The more of its 64 profiled pages are confined, the faster the target runs, so its
+    // search confines them all, the reused ones (a hit in three) among them. Then its
+    // phase changes, and every sampled load misses: reused pages squeezed into the
+    // pollute colours miss like a stream, and a profile cannot tell the two apart.
+    let ipc = |_: Pid, m: &FakeMachine| {
+        if m.stream_only {
+            0.3
+        } else {
+            0.5 + 0.005 * m.confined.get(&1).map_or(0, |c| c.len()) as f64
+        }
+    };
+    let mut d = Domain::new(FakeMachine::new(&[(1, 0x1000)], ipc));
+    for _ in 0..80 {
+        d.window();
+    }
+    assert_eq!(d.state(1), State::Steady, "{:?}", d.events[&1]);
+    assert!(d.machine.confined[&1].len() > 32, "{:?}", d.events[&1]);
+    d.machine.stream_only = true;
+    for _ in 0..40 {
+        d.window();
+        if !d.machine.confining(1) {
+            break;
+        }
+    }
+    assert!(!d.machine.confining(1), "{:?}", d.events[&1]);
+    let said = d.events[&1].iter().any(|e| {
+        matches!(e, EventKind::Transition { from: State::Profile, to: State::Search, reason }
+            if reason.contains("squeezed"))
+    });
+    assert!(said, "{:?}", d.events[&1]);
+}

@@ -121,7 +121,8 @@ impl Controller {
     pub(super) fn finish_profile(&mut self, context: &WindowContext, out: &mut Vec<Action>) {
         let scored = context.group.is_some();
         self.stop_sampling(out);
-        self.build = build_stack(&self.profile, &self.region_params());
+        let built = build_stack(&self.profile, &self.region_params());
+        let previous = std::mem::replace(&mut self.build, built);
         // Pages confined by name stay where they are: the search ranks the others.
         let explicit = self.pages.explicit();
         if !explicit.is_empty() {
@@ -160,6 +161,25 @@ impl Controller {
                 promise * 100.0,
                 self.knobs.min_promise * 100.0
             );
+            // A profile taken with pages confined sees reused pages squeezed into the
+            // pollute colours miss like a stream, and promises nothing for them: a tenant
+            // alone for the rest of its run kept 108 pages confined for sharers long gone
+            // (0.857 of off). Pages that were reused when they were chosen go back; a
+            // confined stream, which never hit, stays (the phase that confined it finds
+            // it there).
+            let explicit = self.pages.explicit();
+            let squeezed = self.pages.confined().iter().any(|&p| {
+                !explicit.contains(&p) && previous.region_of(p).is_some_and(|r| r.hits > 0)
+            });
+            if squeezed && self.search.is_some() {
+                let reason = format!(
+                    "{reason}; but it was taken with pages confined that were reused when they \
+                     were chosen, and squeezed into the pollute colours they miss like a \
+                     stream: they go back"
+                );
+                self.move_back_and_observe(reason, out);
+                return;
+            }
             self.enter_steady(reason, false, out);
             return;
         }
@@ -298,19 +318,22 @@ impl Controller {
             .iter()
             .map(|p| p.to_string())
             .collect();
-        let run = SearchRun {
-            final_k: Some(0),
-            abandoned: Some(
-                "the pages chosen for other targets' sake are back; the target is observed \
-                 afresh",
-            ),
-            started_at: self.stats.windows,
-            ..SearchRun::default()
-        };
         let reason = format!(
             "the targets this placement was chosen for (pid {}) no longer run: its pages go back",
             gone.join(", pid ")
         );
+        self.move_back_and_observe(reason, out);
+    }
+
+    /// Move the pages this target's searches confined back (those its last profile saw),
+    /// through a search that has already chosen k = 0, then observe afresh.
+    fn move_back_and_observe(&mut self, reason: String, out: &mut Vec<Action>) {
+        let run = SearchRun {
+            final_k: Some(0),
+            abandoned: Some("the confined pages are back; the target is observed afresh"),
+            started_at: self.stats.windows,
+            ..SearchRun::default()
+        };
         self.transition(Stage::Search(Box::new(run)), reason, out);
     }
 
