@@ -166,10 +166,13 @@ impl Controller {
             // alone for the rest of its run kept 108 pages confined for sharers long gone
             // (0.857 of off). Pages that were reused when they were chosen go back; a
             // confined stream, which never hit, stays (the phase that confined it finds
-            // it there).
+            // it there), and so do pages this profile did not see: unused, they cost
+            // nothing where they are, and a phase that comes back finds them placed.
             let explicit = self.pages.explicit();
             let squeezed = self.pages.confined().iter().any(|&p| {
-                !explicit.contains(&p) && previous.region_of(p).is_some_and(|r| r.hits > 0)
+                !explicit.contains(&p)
+                    && self.build.contains(p)
+                    && previous.region_of(p).is_some_and(|r| r.hits > 0)
             });
             if squeezed && self.search.is_some() {
                 let reason = format!(
