@@ -32,8 +32,16 @@ pub(crate) struct PageLedger {
     /// Pages in the pollute buffer (confirmed by migration reports).
     confined: BTreeSet<VirtPage>,
     /// Ordinary pages found in the pollute colours (the allocator put them there); moved
-    /// out when a search confines anything.
+    /// out once a search settles on a placement that confines anything (a probe leaves
+    /// them: each one moved out lands on some ordinary colour, and a probe's placement
+    /// does not last long enough to repay that).
     squatters: BTreeSet<VirtPage>,
+    /// Confined pages that were squatters: confined where they were, without a move, and
+    /// squatters again, where they are, when a placement lets them go. (Restored, they
+    /// would land on some ordinary colour for good, and the program would no longer have
+    /// the layout it has without rocs: a tenant on ppc970fx ran 13% slower for the rest of
+    /// its run after a fruitless probe's pages went back.)
+    adopted: BTreeSet<VirtPage>,
     /// Confined pages that were named ([`super::Command::Confine`]): a subset of
     /// `confined` that no placement of the search moves.
     explicit: BTreeSet<VirtPage>,
@@ -58,6 +66,7 @@ impl PageLedger {
         PageLedger {
             confined: BTreeSet::new(),
             squatters: BTreeSet::new(),
+            adopted: BTreeSet::new(),
             explicit: BTreeSet::new(),
             naming: HashSet::new(),
             evicted: BTreeSet::new(),
@@ -89,6 +98,7 @@ impl PageLedger {
         for page in pages {
             if self.squatters.remove(&page) {
                 self.confined.insert(page);
+                self.adopted.insert(page);
             }
             if self.confined.contains(&page) {
                 self.explicit.insert(page);
@@ -146,6 +156,7 @@ impl PageLedger {
                     self.confined.remove(page);
                     self.explicit.remove(page);
                     self.squatters.remove(page);
+                    self.adopted.remove(page);
                 } else if !self.confined.contains(page) {
                     self.squatters.insert(*page);
                 }
@@ -156,36 +167,40 @@ impl PageLedger {
 
     /// The next batch (within the window's page budget) of the moves that make the
     /// confined set the top `k` of `stack`. Confined pages that `seen` says the current
-    /// profile did not see stay where they are.
+    /// profile did not see stay where they are. `settled`: the placement is a search's
+    /// choice, not a probe.
     pub fn moves_towards(
         &mut self,
         stack: &MissRateStack,
         k: usize,
         seen: &dyn Fn(&VirtPage) -> bool,
+        settled: bool,
     ) -> Moves {
         let target: HashSet<VirtPage> = stack.top(k).filter(|p| !self.failed.contains(p)).collect();
-        if k > 0 {
-            // Pages that were in the buffer before us and belong there now are adopted
-            // where they are.
-            let adopt: Vec<VirtPage> = self
-                .squatters
-                .iter()
-                .filter(|p| target.contains(p))
-                .copied()
-                .collect();
-            for p in adopt {
-                self.squatters.remove(&p);
-                self.confined.insert(p);
-            }
+        // Pages that were in the buffer before us are adopted where they are when they
+        // belong there, and let go where they are when they do not (if this profile saw
+        // them, as for the pages we moved).
+        let adopt: Vec<VirtPage> = self
+            .squatters
+            .iter()
+            .filter(|p| target.contains(p))
+            .copied()
+            .collect();
+        for p in adopt {
+            self.squatters.remove(&p);
+            self.confined.insert(p);
+            self.adopted.insert(p);
         }
-        // With k > 0 the buffer is reserved: ordinary pages found in it move out. With
-        // k = 0 nothing of ours is confined and the squatters we moved out go back, so that
-        // k = 0 is "rocs not running" (the LLC keeps all of its colours for the program).
+        self.release_adopted(|p| !target.contains(p) && seen(p));
+        // Settled at k > 0 the buffer is reserved: ordinary pages found in it move out.
+        // At k = 0 nothing of ours is confined and the squatters we moved out go back, so
+        // that k = 0 is "rocs not running" (the LLC keeps all of its colours for the
+        // program).
         let restore: Vec<VirtPage> = self
             .confined
             .iter()
             .filter(|p| seen(p))
-            .chain(self.squatters.iter().filter(|_| k > 0))
+            .chain(self.squatters.iter().filter(|_| settled && k > 0))
             .filter(|p| !target.contains(p) && !self.failed.contains(p))
             .filter(|p| !self.explicit.contains(p))
             .copied()
@@ -260,6 +275,7 @@ impl PageLedger {
                 (Placement::Restore, Ok(_)) => {
                     self.confined.remove(&page);
                     self.explicit.remove(&page);
+                    self.adopted.remove(&page);
                     if self.squatters.remove(&page) {
                         self.evicted.insert(page);
                     }
@@ -274,11 +290,28 @@ impl PageLedger {
                         self.confined.remove(&page);
                         self.explicit.remove(&page);
                         self.squatters.remove(&page);
+                        self.adopted.remove(&page);
                     }
                 }
             }
         }
         (moved, failures)
+    }
+
+    /// Adopted squatters that `which` selects (and that no operator named) are squatters
+    /// again, where they are, without a move.
+    fn release_adopted(&mut self, which: impl Fn(&VirtPage) -> bool) {
+        let released: Vec<VirtPage> = self
+            .adopted
+            .iter()
+            .filter(|p| which(p) && !self.explicit.contains(p))
+            .copied()
+            .collect();
+        for p in released {
+            self.adopted.remove(&p);
+            self.confined.remove(&p);
+            self.squatters.insert(p);
+        }
     }
 
     /// Confined pages that may still be moved back.
@@ -295,6 +328,8 @@ impl PageLedger {
         if self.in_flight > 0 {
             return None;
         }
+        // The adopted squatters stay where they were.
+        self.release_adopted(|_| true);
         let pages: Vec<VirtPage> = self.restorable().take(self.budget_left as usize).collect();
         if pages.is_empty() {
             return Some(None);

@@ -459,7 +459,7 @@ impl Controller {
         match next {
             Next::Measure(k) => {
                 let moved_before = self.stats.windows;
-                let complete = self.move_towards(k, out);
+                let complete = self.move_towards(k, false, out);
                 let run = self.run_mut().expect("searching");
                 run.placing = (!complete).then_some(k);
                 if complete {
@@ -561,7 +561,7 @@ impl Controller {
             };
             self.event(done, out);
         }
-        if self.move_towards(k, out) {
+        if self.move_towards(k, true, out) {
             let run = self.run_mut_ref().expect("searching");
             if let Some(reason) = run.abandoned {
                 self.spending.end(false);
@@ -758,13 +758,13 @@ impl Controller {
     /// Issue the next batch (within the window's page budget) of the moves that make the
     /// confined set the top `k` of the stack. Returns true when, once this batch is done,
     /// the placement is complete: the next window measures `k`.
-    fn move_towards(&mut self, k: usize, out: &mut Vec<Action>) -> bool {
+    fn move_towards(&mut self, k: usize, settled: bool, out: &mut Vec<Action>) -> bool {
         // Confined pages the current profile did not see stay where they are: a page this
         // phase does not touch costs nothing in the pollute buffer, and the phase that
         // confined it finds it there when it comes back.
         let (build, profile) = (&self.build, &self.profile);
         let seen = |p: &VirtPage| build.contains(*p) || profile.get(*p).is_some();
-        let moves = self.pages.moves_towards(&build.stack, k, &seen);
+        let moves = self.pages.moves_towards(&build.stack, k, &seen, settled);
         if moves.issued > 0 {
             self.skip_window = true;
             let now = self.stats.windows;

@@ -150,6 +150,8 @@ pub struct Harness {
     pub moved_this_window: u32,
     pub max_moved_in_a_window: u32,
     pub migrate_actions: usize,
+    /// Every page a migration was asked to move.
+    pub asked_to_move: HashSet<u64>,
 }
 
 impl Harness {
@@ -162,6 +164,7 @@ impl Harness {
             moved_this_window: 0,
             max_moved_in_a_window: 0,
             migrate_actions: 0,
+            asked_to_move: HashSet::new(),
         }
     }
 
@@ -175,6 +178,7 @@ impl Harness {
                 Action::StopSampling => self.world.sampling = false,
                 Action::Migrate { pages, to } => {
                     self.migrate_actions += 1;
+                    self.asked_to_move.extend(pages.iter().map(|p| p.0));
                     self.moved_this_window += pages.len() as u32;
                     self.max_moved_in_a_window =
                         self.max_moved_in_a_window.max(self.moved_this_window);
