@@ -192,6 +192,8 @@ struct Shared {
     shim_pollute: Vec<Colour>,
     page_shift: u32,
     colours: u32,
+    /// Lines the LLC holds (0: its geometry is unknown).
+    llc_lines: u64,
     window: Duration,
 }
 
@@ -208,6 +210,7 @@ pub fn start(
         shim_pollute: setup.shim_pollute,
         page_shift: setup.page_shift,
         colours: daemon.colours,
+        llc_lines: daemon.llc.map_or(0, |g| g.size() / g.line_size),
         window: Duration::from_millis(daemon.config.window_ms),
     });
     let cpus = llc_domains(Path::new("/sys"));
@@ -517,13 +520,14 @@ impl DomainHost {
             shared.colours,
             shared.capability,
         );
-        let (target, controller) = match made {
+        let (target, mut controller) = match made {
             Ok(made) => made,
             Err(e) => {
                 tracing::warn!(pid, comm = %comm, "cannot attach: {e}");
                 return;
             }
         };
+        controller.set_llc_lines(shared.llc_lines);
         tracing::info!(pid, comm = %comm, domain = self.index, "attached under policy {policy}");
         if shared.shim.is_some() && controller.pollute_colours() != shared.shim_pollute {
             tracing::warn!(

@@ -255,13 +255,14 @@ impl SimHost {
                 geometry.colours(),
                 Capability::Full,
             );
-            let (target, controller) = match made {
+            let (target, mut controller) = match made {
                 Ok(made) => made,
                 Err(e) => {
                     tracing::warn!(pid, comm = %info.comm, "cannot attach: {e}");
                     continue;
                 }
             };
+            controller.set_llc_lines(geometry.size() / geometry.line_size);
             // The machine's pollute buffer follows the policy of its targets.
             if let Err(e) = run
                 .machine

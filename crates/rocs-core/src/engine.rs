@@ -188,6 +188,12 @@ impl Engine {
                     .filter(|&&p| p != pid)
                     .copied()
                     .collect(),
+                sharer_misses: self
+                    .window
+                    .iter()
+                    .filter(|(&p, _)| p != pid)
+                    .map(|(_, d)| d.llc_misses)
+                    .sum(),
             };
             let delta = self.window[&pid];
             let member = self.members.get_mut(&pid).expect("a member");

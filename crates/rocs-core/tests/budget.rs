@@ -334,3 +334,63 @@ fn a_profile_that_promises_nothing_ends_at_its_minimum() {
     });
     assert!(nothing, "{:?}", events[&1]);
 }
+
+/// The window in which each target (all StreamAndReuse, on one LLC of `llc_lines` lines)
+/// starts its first profile.
+fn first_profile_window(targets: &[Pid], llc_lines: u64) -> BTreeMap<Pid, u64> {
+    let mut fake = Fake {
+        first: targets
+            .iter()
+            .map(|&pid| (pid, (0x1000 * pid as u64, Pattern::StreamAndReuse)))
+            .collect(),
+        sampling: BTreeSet::new(),
+        moved: BTreeMap::new(),
+        sampled_windows: BTreeMap::new(),
+        ipc: |_, _| 0.5,
+        windows: 0,
+    };
+    let mut engine = Engine::new();
+    for &pid in targets {
+        let mut ctrl = Controller::new(pid, knobs(), SHIFT, COLOURS).expect("valid knobs");
+        ctrl.set_llc_lines(llc_lines);
+        engine.attach(ctrl);
+    }
+    let mut driver = Driver::new();
+    let mut first = BTreeMap::new();
+    for _ in 0..20 {
+        let mut out = Vec::new();
+        driver.end_window(&mut engine, &mut fake, &|_, _| false, &mut out);
+        for o in out {
+            if let Outcome::Event { pid, event } = o {
+                if matches!(
+                    event.kind,
+                    EventKind::Transition {
+                        to: State::Profile,
+                        ..
+                    }
+                ) {
+                    first.entry(pid).or_insert(fake.windows);
+                }
+            }
+        }
+        fake.windows += 1;
+    }
+    first
+}
+
+#[test]
+fn a_cache_still_filling_is_not_profiled() {
+    // Each target misses 12,500 lines a window. Told nothing of the LLC, a target profiles
+    // after its first window, however cold the cache.
+    assert_eq!(first_profile_window(&[1], 0), BTreeMap::from([(1, 0)]));
+    // An LLC of 100,000 lines: alone, a target fills it in 8 windows, and profiles at the
+    // end of the 8th.
+    assert_eq!(
+        first_profile_window(&[1], 100_000),
+        BTreeMap::from([(1, 7)])
+    );
+    // Two targets fill it twice as fast, with their misses together; the one that profiles
+    // first is the one whose turn it is.
+    let shared = first_profile_window(&[1, 2], 100_000);
+    assert_eq!(shared.values().min(), Some(&3), "{shared:?}");
+}

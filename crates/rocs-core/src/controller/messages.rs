@@ -253,6 +253,9 @@ pub struct WindowContext {
     pub sharers_miss: bool,
     /// The other targets of the LLC that ran in this window.
     pub running_sharers: BTreeSet<Pid>,
+    /// LLC misses of the other targets of the LLC in this window: they fill the cache the
+    /// target shares.
+    pub sharer_misses: u64,
 }
 
 impl Default for WindowContext {
@@ -263,6 +266,7 @@ impl Default for WindowContext {
             sharers_changed: false,
             sharers_miss: false,
             running_sharers: BTreeSet::new(),
+            sharer_misses: 0,
         }
     }
 }

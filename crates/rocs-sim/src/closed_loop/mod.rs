@@ -223,7 +223,8 @@ pub fn run_rocs(
 ) -> Result<RocsRun, LoopError> {
     let start = Instant::now();
     let mut m = make()?;
-    let colours = m.llc_geometry().colours();
+    let llc = m.llc_geometry();
+    let colours = llc.colours();
     // The controller is told what a page migration costs on this machine, as an operator
     // would set it for theirs.
     let knobs = Knobs {
@@ -232,7 +233,8 @@ pub fn run_rocs(
     };
     let mut engine = Engine::new();
     for pid in m.pids() {
-        let ctrl = Controller::new(pid, knobs.clone(), m.page_shift(), colours)?;
+        let mut ctrl = Controller::new(pid, knobs.clone(), m.page_shift(), colours)?;
+        ctrl.set_llc_lines(llc.size() / llc.line_size);
         if engine.is_empty() {
             m.set_pollute_colours(ctrl.pollute_colours())?;
         }
