@@ -37,7 +37,8 @@ pub(crate) struct PageLedger {
     /// does not last long enough to repay that).
     squatters: BTreeSet<VirtPage>,
     /// Confined pages that were squatters: confined where they were, without a move, and
-    /// squatters again, where they are, when a placement lets them go. (Restored, they
+    /// squatters again, where they are, when a placement lets them go (the operator's
+    /// restore moves them out like every confined page). (Restored by a search, they
     /// would land on some ordinary colour for good, and the program would no longer have
     /// the layout it has without rocs: a tenant on ppc970fx ran 13% slower for the rest of
     /// its run after a fruitless probe's pages went back.)
@@ -323,13 +324,12 @@ impl PageLedger {
     }
 
     /// The next batch of restores within the window's budget: `None` while a report is
-    /// out, `Some(None)` when nothing is left to restore.
+    /// out, `Some(None)` when nothing is left to restore. (Asked for by the operator or at
+    /// exit: every confined page leaves the pollute colours, adopted squatters too.)
     pub fn restore_batch(&mut self) -> Option<Option<Action>> {
         if self.in_flight > 0 {
             return None;
         }
-        // The adopted squatters stay where they were.
-        self.release_adopted(|_| true);
         let pages: Vec<VirtPage> = self.restorable().take(self.budget_left as usize).collect();
         if pages.is_empty() {
             return Some(None);
