@@ -448,10 +448,16 @@ impl Evaluation {
             // A phase change is worth a profile only if the new phase misses enough (the
             // controller's thresholds); one that does not goes back to Observe, which
             // profiles as soon as the program misses enough again. The target: the changes
-            // are seen, and each one worth profiling is followed by a profile.
+            // are seen, and each one worth profiling is followed by a profile. A run that
+            // never profiles (no window missed enough once the LLC had filled) has no phase
+            // watch; with nothing to gain that is right.
             let m = &r.adaptive;
             let quiet = m.phase_changes - m.phase_changes_profiled.min(m.phase_changes);
-            let ok = m.phase_changes >= 1 && m.profiles > m.phase_changes_profiled;
+            let ok = if m.profiles == 0 {
+                r.oracle_speedup < 1.01
+            } else {
+                m.phase_changes >= 1 && m.profiles > m.phase_changes_profiled
+            };
             out.push(TargetCheck {
                 target: format!(
                     "phased on {}: re-profiles after each phase change worth profiling",
@@ -541,6 +547,10 @@ mod tests {
             row("xeon-like", "phased", 1.0, mode(1.0, 1, 0, 1)),
             // A change worth a profile that never got one.
             row("other", "phased", 1.0, mode(1.0, 2, 2, 2)),
+            // Never profiled (the LLC never filled), with nothing to gain; and with a gain
+            // missed.
+            row("quiet", "phased", 1.0, mode(1.0, 0, 0, 0)),
+            row("missed", "phased", 1.2, mode(1.0, 0, 0, 0)),
         ];
         let e = Evaluation::new(String::new(), 1, 1.0, 200, rows);
         assert!(check(&e, "phased on ppc970fx").reached);
@@ -548,6 +558,8 @@ mod tests {
         assert!(x.reached, "{x:?}");
         assert!(x.detail.contains("0 worth profiling"), "{}", x.detail);
         assert!(!check(&e, "phased on other").reached);
+        assert!(check(&e, "phased on quiet").reached);
+        assert!(!check(&e, "phased on missed").reached);
     }
 
     #[test]
