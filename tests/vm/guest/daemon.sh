@@ -84,7 +84,11 @@ field() { echo "$1" | awk -v k="$2" '{ for (i = 1; i < NF; i++) if ($i == k) pri
 # all_pollute "$(colours ...)": every page present and on a pollute colour.
 all_pollute() { [ "$(field "$1" pages)" -gt 0 ] && [ "$(field "$1" pollute)" = "$(field "$1" pages)" ]; }
 none_pollute() { [ "$(field "$1" pages)" -gt 0 ] && [ "$(field "$1" pollute)" = 0 ]; }
-free_kb() { awk '/^MemFree:/ { print $2 }' /proc/meminfo; }
+# Free frames in kB, the per-cpu free lists too: MemFree leaves those out, and they hold a few
+# MB that come and go with whoever freed last (CI saw 4.8 MB of drift in MemFree alone).
+free_kb() {
+    awk '/^ *pages free/ { n += $3 } /^ *count:/ { n += $2 } END { print n * 4 }' /proc/zoneinfo
+}
 stash_frames() { /rocstarget stats | awk '{ print $2 }'; }
 # The guest's files live in RAM (initramfs): rocsd's log grows as it runs and takes memory
 # that is not held by anyone; count it with the free memory.
@@ -250,7 +254,7 @@ if [ "$was" = search ] && ! listed "$T3" && kill -0 "$ROCSD" &&
     [ "$after" -ge $((before - 4096)) ]; then
     ok exit-mid-search
 else
-    not_ok exit-mid-search "it exited in the search: $was; free + stash + files + rocsd $before -> $after kB; $stats"
+    not_ok exit-mid-search "it exited in the search: $was; free + stash + files + rocsd $before -> $after kB; $stats; its log: $(grep "pid=$T3 " "$LOG" | tail -n 4)"
 fi
 rocsd_stop
 
