@@ -12,9 +12,9 @@ use rocs_core::{
 };
 use serde_json::Value;
 
-use crate::report::describe;
 use crate::state::Query;
 use crate::targets::Target;
+use rocs_config::report::describe;
 
 /// Most pages one confine request may name (16 GiB of 4 KiB pages): a larger range is more
 /// likely a mistyped address than a buffer.
@@ -170,7 +170,7 @@ impl Domain {
                     format!(
                         "target {pid} has no miss-rate stack yet (it is profiled first), so it \
                          has no top {}; name an address range instead",
-                        crate::report::count(k, "page", "pages")
+                        rocs_config::report::count(k, "page", "pages")
                     ),
                 ))
             }

@@ -629,7 +629,7 @@ impl DomainHost {
                 "policy mappings {:?}: {} of {} confined",
                 self.named[&pid].patterns,
                 r.confined,
-                crate::report::count(r.pages, "page", "pages")
+                rocs_config::report::count(r.pages, "page", "pages")
             ),
             Err(e) => tracing::warn!(pid, "policy mappings not confined: {}", e.message),
         }

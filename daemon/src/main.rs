@@ -23,7 +23,6 @@ mod linux;
 mod metrics;
 mod notify;
 mod procscan;
-mod report;
 mod server;
 mod sim;
 mod state;

@@ -16,7 +16,7 @@ use rocs_core::{CacheGeometry, Pid};
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::report;
+use rocs_config::report;
 
 /// The policies in force, each with its knobs merged over rocsd.toml's and checked.
 #[derive(Debug, Default)]

@@ -12,8 +12,8 @@ use rocs_config::protocol::{
 use rocs_core::{Controller, CounterDelta, Knobs, Pid, State};
 use serde_json::Value;
 
-use crate::report::describe;
 use crate::state::{Capability, Query};
+use rocs_config::report::describe;
 
 pub struct Target {
     /// The pid users see (the real pid on Linux; a synthetic one in simulation).

@@ -21,9 +21,11 @@ mod eval;
 mod progress;
 mod random;
 mod real;
+mod timeline;
 mod trace;
 
 use progress::Steps;
+use timeline::TimelineReport;
 
 #[derive(Subcommand)]
 pub enum SimCommand {
@@ -57,10 +59,20 @@ pub struct LoopArgs {
     /// and a refinement around the best).
     #[arg(long, default_value_t = LoopConfig::default().oracle_grid)]
     pub oracle_grid: usize,
+    /// Also print the rocs run window by window: each process's IPC, LLC MPKI, state and
+    /// pages confined, and the controllers' events (profiles, search steps, state changes)
+    /// in the words of `rocsctl history`.
+    #[arg(long)]
+    pub timeline: bool,
 }
 
 impl LoopArgs {
-    fn config(&self) -> anyhow::Result<LoopConfig> {
+    fn config(&self, mode: Mode) -> anyhow::Result<LoopConfig> {
+        if self.timeline && !matches!(mode, Mode::Rocs | Mode::All) {
+            anyhow::bail!(
+                "--timeline shows the rocs run window by window: give --mode rocs or --mode all"
+            );
+        }
         if self.windows == 0 {
             anyhow::bail!("--windows must be at least 1");
         }
@@ -204,6 +216,9 @@ pub struct RunReport {
     /// oracle cycles / rocs cycles.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fraction_of_oracle: Option<f64>,
+    /// The rocs run window by window (`--timeline`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timeline: Option<TimelineReport>,
 }
 
 impl RunReport {
@@ -223,11 +238,19 @@ impl RunReport {
             speedup: None,
             oracle_speedup: None,
             fraction_of_oracle: None,
+            timeline: None,
         }
     }
 
-    /// The report of a closed-loop comparison.
-    fn from_comparison(workload: String, machine: String, seed: u64, c: Comparison) -> Self {
+    /// The report of a closed-loop comparison; with the rocs run's timeline if asked.
+    fn from_comparison(
+        workload: String,
+        machine: String,
+        seed: u64,
+        c: Comparison,
+        timeline: bool,
+    ) -> Self {
+        let timeline = c.rocs.as_ref().filter(|_| timeline).map(TimelineReport::of);
         let mut modes = vec![(
             "baseline".to_string(),
             ModeReport::from_stats(c.baseline.stats, c.baseline.wall_seconds),
@@ -248,6 +271,7 @@ impl RunReport {
         r.speedup = c.speedup;
         r.oracle_speedup = c.oracle_speedup;
         r.fraction_of_oracle = c.fraction_of_oracle;
+        r.timeline = timeline;
         r
     }
 
@@ -332,6 +356,9 @@ impl RunReport {
                 "oracle speedup {o:.4}, fraction of oracle {f:.4} (oracle cycles / rocs cycles)"
             );
             println!("{ORACLE_MEANS}");
+        }
+        if let Some(t) = &self.timeline {
+            print!("\n{}", t.text());
         }
     }
 }
@@ -430,6 +457,7 @@ fn run_baseline(
 }
 
 fn run_workload(args: RunArgs) -> anyhow::Result<ExitCode> {
+    let cfg = args.closed_loop.config(args.mode)?;
     let profile = MachineSpec::resolve(&args.machine)?;
     let workload = args
         .scale
@@ -443,7 +471,6 @@ fn run_workload(args: RunArgs) -> anyhow::Result<ExitCode> {
             vec![(args.mode.name().to_string(), report)],
         )
     } else {
-        let cfg = args.closed_loop.config()?;
         let make = || Machine::new(&profile, &workload, args.seed);
         let steps = Steps::new(None);
         let c = closed_loop::compare(&make, &cfg, modes_of(args.mode), &mut |what: &str| {
@@ -451,7 +478,13 @@ fn run_workload(args: RunArgs) -> anyhow::Result<ExitCode> {
         })
         .with_context(|| format!("running {} in mode {}", workload.name, args.mode.name()));
         steps.finish();
-        RunReport::from_comparison(workload.name.clone(), profile.name.clone(), args.seed, c?)
+        RunReport::from_comparison(
+            workload.name.clone(),
+            profile.name.clone(),
+            args.seed,
+            c?,
+            args.closed_loop.timeline,
+        )
     };
     report.emit(args.json)?;
     Ok(ExitCode::SUCCESS)

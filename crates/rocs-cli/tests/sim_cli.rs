@@ -113,6 +113,94 @@ fn run_reports_every_field_and_the_same_seed_gives_the_same_numbers() {
     assert_ne!(m["llc_misses"], c["modes"]["baseline"]["llc_misses"]);
 }
 
+/// `--timeline`: the rocs run window by window adds up to the run's own counts, and its
+/// events are what the run reports it did (the search's measured points), in the words of
+/// `rocsctl history`.
+#[test]
+fn the_timeline_adds_up_to_the_run_and_names_what_the_controller_did() {
+    let args = [
+        "sim",
+        "run",
+        "--workload",
+        "art-like",
+        "--scale",
+        "0.2",
+        "--mode",
+        "rocs",
+        "--timeline",
+    ];
+    let json_args: Vec<&str> = args.iter().copied().chain(["--json"]).collect();
+    let v = run_json(&json_args);
+    let rocs = &v["modes"]["rocs"];
+    let t = &v["timeline"];
+    let windows = t["windows"].as_array().unwrap();
+    let sum = |k: &str| windows.iter().map(|w| w[k].as_u64().unwrap()).sum::<u64>();
+    assert_eq!(sum("instructions"), rocs["instructions"].as_u64().unwrap());
+    assert_eq!(sum("cycles"), rocs["cycles"].as_u64().unwrap());
+    assert_eq!(sum("llc_misses"), rocs["llc_misses"].as_u64().unwrap());
+    assert_eq!(t["window_cycles"], rocs["window_cycles"]);
+    for (i, w) in windows.iter().enumerate() {
+        assert_eq!(
+            w["window"].as_u64().unwrap(),
+            i as u64,
+            "one process: a row a window"
+        );
+    }
+    let events = t["events"].as_array().unwrap();
+    let of = |what: &'static str| events.iter().filter(move |e| e["what"] == what);
+    // Every measured point of the search, in order, is a search step of the timeline.
+    let points: Vec<(u64, f64)> = rocs["profile_points"][0]["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (s[0].as_u64().unwrap(), s[1].as_f64().unwrap()))
+        .collect();
+    assert!(points.len() >= 3, "the search measured {points:?}");
+    let steps: Vec<(u64, f64)> = of("search")
+        .filter(|e| e["event"] == "search_step")
+        .map(|e| (e["k"].as_u64().unwrap(), e["ipc"].as_f64().unwrap()))
+        .collect();
+    assert_eq!(steps, points);
+    assert_eq!(
+        of("profile").count() as u64,
+        rocs["profiles"].as_u64().unwrap()
+    );
+    let first = &events[0];
+    assert_eq!(first["from"], "observe");
+    assert_eq!(first["to"], "profile");
+    assert!(first["text"]
+        .as_str()
+        .unwrap()
+        .starts_with("observe -> profile: "));
+    // A window's state is the controller's once it had seen that window: profiling from the
+    // window whose end moved it there.
+    let at = first["window"].as_u64().unwrap() as usize;
+    assert_eq!(windows[at]["state"], "profile");
+
+    let (ok, text, err) = run(&args, None);
+    assert!(ok, "{err}");
+    assert!(text.contains("rocs, window by window"), "{text}");
+    assert!(text.contains(&format!("state    {}", first["text"].as_str().unwrap())));
+    assert!(
+        text.lines()
+            .filter(|l| l.contains("pid 1000 search   k = "))
+            .count()
+            == points.len(),
+        "{text}"
+    );
+
+    // Without a rocs run there is nothing to show: said, not ignored.
+    let (ok, _, err) = run(
+        &["sim", "run", "--workload", "art-like", "--timeline"],
+        None,
+    );
+    assert!(!ok);
+    assert!(
+        err.contains("--timeline") && err.contains("--mode rocs"),
+        "{err}"
+    );
+}
+
 #[test]
 fn unknown_names_list_the_known_ones() {
     let (ok, _, err) = run(&["sim", "run", "--workload", "gcc-like"], None);

@@ -1,5 +1,5 @@
-//! What rocsd says about its targets, in words: the journal's lines and `rocsctl
-//! history`'s. Every controller event is written here, once.
+//! What rocs says about its targets, in words: rocsd's journal lines, `rocsctl history`'s,
+//! and `rocsctl sim run --timeline`'s. Every controller event is written here, once.
 
 use rocs_core::{Errno, EventKind, Pid, Placement};
 

@@ -14,7 +14,7 @@ use rocs_sim::closed_loop::{self, EvalRow, Evaluation, LoopConfig};
 use rocs_sim::{builtin_machines, builtin_workloads, Machine, MachineSpec, Scale, Workload};
 
 use super::progress::Steps;
-use super::{LoopArgs, SearchArg};
+use super::{LoopArgs, Mode, SearchArg};
 
 #[derive(Args)]
 pub struct EvalArgs {
@@ -77,8 +77,9 @@ impl EvalArgs {
             search: SearchArg::Adaptive,
             windows: self.windows,
             oracle_grid: self.oracle_grid,
+            timeline: false,
         }
-        .config()
+        .config(Mode::All)
     }
 
     /// The machines asked for, or `default`.

@@ -164,6 +164,8 @@ fn write_binary(reader: &mut TraceReader, path: &Path) -> anyhow::Result<(u64, u
 }
 
 fn replay(args: TraceArgs) -> anyhow::Result<ExitCode> {
+    // Every option is checked before a program is traced.
+    args.closed_loop.config(args.mode)?;
     let profile = MachineSpec::resolve(&args.machine)?;
     if args.record {
         let Some(save) = &args.save else {
@@ -221,7 +223,7 @@ fn replay_files(
                 args.mode.name()
             );
         }
-        let cfg = args.closed_loop.config()?;
+        let cfg = args.closed_loop.config(args.mode)?;
         let make = || -> Result<Machine, SimError> {
             Machine::from_traces(profile, files.iter().map(spec_of).collect(), args.seed)
         };
@@ -232,7 +234,13 @@ fn replay_files(
         })
         .with_context(|| format!("replaying {name} in mode {}", args.mode.name()));
         steps.finish();
-        let report = RunReport::from_comparison(name, profile.name.clone(), args.seed, c?);
+        let report = RunReport::from_comparison(
+            name,
+            profile.name.clone(),
+            args.seed,
+            c?,
+            args.closed_loop.timeline,
+        );
         report.emit(args.json)?;
         return Ok(ExitCode::SUCCESS);
     }

@@ -159,6 +159,47 @@ pub struct RocsRun {
     /// The processes seen to exit before the machine finished, with the machine's cycle
     /// count at the end of the window that saw it.
     pub exits: Vec<(Pid, u64)>,
+    /// Window by window, what each controller measured and what it did (`rocsctl sim run
+    /// --timeline` prints it; left out of the run's JSON otherwise).
+    #[serde(skip)]
+    pub timeline: Timeline,
+}
+
+/// What the controllers measured and did, window by window: the figures behind a run's
+/// speedup, in the words rocsd's history uses.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Timeline {
+    /// One row per window and attached process, in order.
+    pub windows: Vec<WindowRow>,
+    /// The controllers' events, in the order they happened.
+    pub events: Vec<TimelineEvent>,
+}
+
+/// One process's window.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct WindowRow {
+    /// The window's index in the run, from 0.
+    pub window: u64,
+    /// The machine's cycle count when the window ended.
+    pub end_cycle: u64,
+    pub pid: Pid,
+    /// The process's counts in this window.
+    pub instructions: u64,
+    pub cycles: u64,
+    pub llc_misses: u64,
+    /// The controller's state once it had seen the window.
+    pub state: State,
+    /// Pages in the pollute buffer once it had seen the window.
+    pub confined: usize,
+}
+
+/// A controller event, and the window whose end produced it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct TimelineEvent {
+    pub window: u64,
+    pub pid: Pid,
+    #[serde(flatten)]
+    pub kind: EventKind,
 }
 
 /// What the oracle found.
@@ -245,7 +286,8 @@ pub fn run_rocs(
     let mut profiled: BTreeSet<(Pid, VirtPage)> = BTreeSet::new();
     let mut outcomes = Vec::new();
     let mut exits = Vec::new();
-    loop {
+    let mut timeline = Timeline::default();
+    for window in 0.. {
         let more = m.run_for_checked(window_cycles)?;
         // A process that has run to its end and ran nothing in this window is gone, as
         // rocsd sees a process exit on Linux. Until then it is a sharer that stopped
@@ -253,7 +295,22 @@ pub fn run_rocs(
         // wait for it until the last process ended.
         let finished = m.finished_pids();
         let exited = |pid: Pid, d: &CounterDelta| finished.contains(&pid) && d.instructions == 0;
-        driver.end_window(&mut engine, &mut m, &exited, &mut outcomes);
+        let counted = driver.end_window(&mut engine, &mut m, &exited, &mut outcomes);
+        for (pid, d) in counted {
+            let Some(c) = engine.controller(pid) else {
+                continue;
+            };
+            timeline.windows.push(WindowRow {
+                window,
+                end_cycle: m.now(),
+                pid,
+                instructions: d.instructions,
+                cycles: d.cycles,
+                llc_misses: d.llc_misses,
+                state: c.state(),
+                confined: c.confined().len(),
+            });
+        }
         for outcome in outcomes.drain(..) {
             let (pid, event) = match outcome {
                 Outcome::Event { pid, event } => (pid, event),
@@ -276,6 +333,11 @@ pub fn run_rocs(
                 .controller(pid)
                 .expect("the engine keeps exited controllers");
             note_event(&mut points, &mut profiled, &m, c, &event.kind);
+            timeline.events.push(TimelineEvent {
+                window,
+                pid,
+                kind: event.kind,
+            });
         }
         if !more {
             break;
@@ -291,6 +353,7 @@ pub fn run_rocs(
         pages_profiled: profiled.len(),
         profile_points: points,
         exits,
+        timeline,
         ..RocsRun::default()
     };
     for c in engine.controllers() {
