@@ -203,9 +203,11 @@ impl Controller {
         self.search = Some(search);
         self.stats.searches += 1;
         let mut reason = format!(
-            "{} search over a stack of {n} pages in {} regions",
+            "{} search over a stack of {n} pages in {} regions; {:.1}% of the sampled LLC \
+             loads miss on pages that are also reused (what confining could turn into hits)",
             self.knobs.search,
-            self.build.regions.len()
+            self.build.regions.len(),
+            promise * 100.0
         );
         if let (Some((k, _)), SearchMode::Adaptive) = (recalled, self.knobs.search) {
             reason += &format!(", from k = {k}: its top pages are an earlier phase's choice");
