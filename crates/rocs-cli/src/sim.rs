@@ -64,13 +64,19 @@ pub struct LoopArgs {
     /// in the words of `rocsctl history`.
     #[arg(long)]
     pub timeline: bool,
+    /// Draw the rocs run window by window (each process's IPC, its controller's state, the
+    /// pages it confined) as an SVG picture in this file.
+    #[arg(long, value_name = "FILE")]
+    pub timeline_svg: Option<std::path::PathBuf>,
 }
 
 impl LoopArgs {
     fn config(&self, mode: Mode) -> anyhow::Result<LoopConfig> {
-        if self.timeline && !matches!(mode, Mode::Rocs | Mode::All) {
+        if (self.timeline || self.timeline_svg.is_some()) && !matches!(mode, Mode::Rocs | Mode::All)
+        {
             anyhow::bail!(
-                "--timeline shows the rocs run window by window: give --mode rocs or --mode all"
+                "--timeline and --timeline-svg show the rocs run window by window: give \
+                 --mode rocs or --mode all"
             );
         }
         if self.windows == 0 {
@@ -275,6 +281,38 @@ impl RunReport {
         r
     }
 
+    /// The report of a closed-loop run, its timeline drawn if asked, then emitted.
+    fn emit_closed_loop(
+        workload: String,
+        machine: String,
+        seed: u64,
+        c: Comparison,
+        args: &LoopArgs,
+        json: bool,
+    ) -> anyhow::Result<()> {
+        let keep = args.timeline || args.timeline_svg.is_some();
+        let mut report = RunReport::from_comparison(workload, machine, seed, c, keep);
+        if let (Some(path), Some(t)) = (&args.timeline_svg, &report.timeline) {
+            let title = format!(
+                "{} on {}, seed {}: rocs window by window{}",
+                report.workload,
+                report.machine,
+                report.seed,
+                report
+                    .speedup
+                    .map(|x| format!(" (speedup {x:.3})"))
+                    .unwrap_or_default()
+            );
+            std::fs::write(path, t.svg(&title))
+                .with_context(|| format!("writing the timeline picture {}", path.display()))?;
+            eprintln!("wrote the timeline picture {}", path.display());
+        }
+        if !args.timeline {
+            report.timeline = None;
+        }
+        report.emit(json)
+    }
+
     /// On standard output: JSON, or text for people.
     fn emit(&self, json: bool) -> anyhow::Result<()> {
         if json {
@@ -462,7 +500,7 @@ fn run_workload(args: RunArgs) -> anyhow::Result<ExitCode> {
     let workload = args
         .scale
         .apply(&Workload::resolve(&args.workload)?, &profile)?;
-    let report = if args.mode == Mode::Baseline {
+    if args.mode == Mode::Baseline {
         let report = run_mode(args.mode, &profile, &workload, args.seed)?;
         RunReport::new(
             workload.name.clone(),
@@ -470,22 +508,23 @@ fn run_workload(args: RunArgs) -> anyhow::Result<ExitCode> {
             args.seed,
             vec![(args.mode.name().to_string(), report)],
         )
-    } else {
-        let make = || Machine::new(&profile, &workload, args.seed);
-        let steps = Steps::new(None);
-        let c = closed_loop::compare(&make, &cfg, modes_of(args.mode), &mut |what: &str| {
-            steps.step(&format!("{}: {what}", workload.name))
-        })
-        .with_context(|| format!("running {} in mode {}", workload.name, args.mode.name()));
-        steps.finish();
-        RunReport::from_comparison(
-            workload.name.clone(),
-            profile.name.clone(),
-            args.seed,
-            c?,
-            args.closed_loop.timeline,
-        )
-    };
-    report.emit(args.json)?;
+        .emit(args.json)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let make = || Machine::new(&profile, &workload, args.seed);
+    let steps = Steps::new(None);
+    let c = closed_loop::compare(&make, &cfg, modes_of(args.mode), &mut |what: &str| {
+        steps.step(&format!("{}: {what}", workload.name))
+    })
+    .with_context(|| format!("running {} in mode {}", workload.name, args.mode.name()));
+    steps.finish();
+    RunReport::emit_closed_loop(
+        workload.name.clone(),
+        profile.name.clone(),
+        args.seed,
+        c?,
+        &args.closed_loop,
+        args.json,
+    )?;
     Ok(ExitCode::SUCCESS)
 }

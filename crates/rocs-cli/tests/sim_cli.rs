@@ -129,7 +129,13 @@ fn the_timeline_adds_up_to_the_run_and_names_what_the_controller_did() {
         "rocs",
         "--timeline",
     ];
-    let json_args: Vec<&str> = args.iter().copied().chain(["--json"]).collect();
+    let dir = tempfile::tempdir().unwrap();
+    let svg_path = dir.path().join("timeline.svg");
+    let json_args: Vec<&str> = args
+        .iter()
+        .copied()
+        .chain(["--json", "--timeline-svg", svg_path.to_str().unwrap()])
+        .collect();
     let v = run_json(&json_args);
     let rocs = &v["modes"]["rocs"];
     let t = &v["timeline"];
@@ -177,6 +183,32 @@ fn the_timeline_adds_up_to_the_run_and_names_what_the_controller_did() {
     let at = first["window"].as_u64().unwrap() as usize;
     assert_eq!(windows[at]["state"], "profile");
 
+    // The picture: the IPC line has a point per window, and the state band a window per
+    // window, in the states of the JSON.
+    let svg = std::fs::read_to_string(&svg_path).unwrap();
+    let doc = roxmltree::Document::parse(&svg).unwrap();
+    let with_class = |c: &str| -> Vec<roxmltree::Node> {
+        doc.descendants()
+            .filter(|n| n.attribute("class") == Some(c))
+            .collect()
+    };
+    let ipc = with_class("ipc");
+    assert_eq!(ipc.len(), 1, "one process, one line");
+    assert_eq!(
+        ipc[0].attribute("points").unwrap().split(' ').count(),
+        windows.len()
+    );
+    let states: Vec<&str> = with_class("state")
+        .iter()
+        .map(|n| n.attribute("data-state").unwrap())
+        .collect();
+    let expected: Vec<&str> = windows
+        .iter()
+        .map(|w| w["state"].as_str().unwrap())
+        .collect();
+    assert_eq!(states, expected);
+    assert!(states.contains(&"search"));
+
     let (ok, text, err) = run(&args, None);
     assert!(ok, "{err}");
     assert!(text.contains("rocs, window by window"), "{text}");
@@ -190,15 +222,16 @@ fn the_timeline_adds_up_to_the_run_and_names_what_the_controller_did() {
     );
 
     // Without a rocs run there is nothing to show: said, not ignored.
-    let (ok, _, err) = run(
-        &["sim", "run", "--workload", "art-like", "--timeline"],
-        None,
-    );
-    assert!(!ok);
-    assert!(
-        err.contains("--timeline") && err.contains("--mode rocs"),
-        "{err}"
-    );
+    for flag in [&["--timeline"][..], &["--timeline-svg", "t.svg"]] {
+        let mut baseline = vec!["sim", "run", "--workload", "art-like"];
+        baseline.extend_from_slice(flag);
+        let (ok, _, err) = run(&baseline, None);
+        assert!(!ok);
+        assert!(
+            err.contains(flag[0]) && err.contains("--mode rocs"),
+            "{err}"
+        );
+    }
 }
 
 #[test]

@@ -20,8 +20,8 @@ const MISSES: &str = "#c0392b";
 const OTHER: &str = "#95a5a6";
 const CONFINED: &str = "#e67e22";
 const RATE: &str = "#8e44ad";
-const GRID: &str = "#dddddd";
-const FRAME: &str = "#888888";
+pub(crate) const GRID: &str = "#dddddd";
+pub(crate) const FRAME: &str = "#888888";
 
 /// Bins of the histogram: 10 percentage points each.
 const BINS: usize = 10;
@@ -29,14 +29,14 @@ const BINS: usize = 10;
 /// A column this many times the median height is pointed out by name.
 const HOT_COLUMN: f64 = 3.0;
 
-fn esc(s: &str) -> String {
+pub(crate) fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
 }
 
 /// Round steps (1, 2 or 5 times a power of ten) from 0 to at least `max`, at most 6 of them.
-fn ticks(max: f64) -> Vec<f64> {
+pub(crate) fn ticks(max: f64) -> Vec<f64> {
     let max = if max > 0.0 { max } else { 1.0 };
     let raw = max / 5.0;
     let power = 10f64.powf(raw.log10().floor());
@@ -49,19 +49,21 @@ fn ticks(max: f64) -> Vec<f64> {
     (0..=n).map(|i| i as f64 * step).collect()
 }
 
-/// A tick's label: no decimals unless the step needs them.
+/// A tick's label: no decimals unless the step needs them, and as many as it does (steps
+/// of 0.05 read 0.05, 0.1, 0.15).
 fn tick_label(v: f64) -> String {
     if v.fract().abs() < 1e-9 {
         format!("{v:.0}")
     } else {
-        format!("{v:.1}")
+        let s = format!("{v:.4}");
+        s.trim_end_matches('0').to_string()
     }
 }
 
 /// A y axis at `x` for values 0..=`top` drawn over `y`..`y + h`: grid lines across `w`,
 /// labelled ticks, and the axis title written upwards.
 #[allow(clippy::too_many_arguments)]
-fn y_axis(
+pub(crate) fn y_axis(
     out: &mut String,
     x: f64,
     y: f64,
@@ -99,7 +101,7 @@ fn y_axis(
 
 /// A legend row at (x, y): a swatch and a label per entry; a swatch of "dashed" draws a
 /// dashed line.
-fn legend(out: &mut String, x: f64, y: f64, entries: &[(&str, &str)]) {
+pub(crate) fn legend(out: &mut String, x: f64, y: f64, entries: &[(&str, &str)]) {
     let _ = writeln!(out, r#"<g class="legend">"#);
     let mut lx = x;
     for (colour, label) in entries {

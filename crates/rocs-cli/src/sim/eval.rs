@@ -78,6 +78,7 @@ impl EvalArgs {
             windows: self.windows,
             oracle_grid: self.oracle_grid,
             timeline: false,
+            timeline_svg: None,
         }
         .config(Mode::All)
     }

@@ -234,14 +234,14 @@ fn replay_files(
         })
         .with_context(|| format!("replaying {name} in mode {}", args.mode.name()));
         steps.finish();
-        let report = RunReport::from_comparison(
+        RunReport::emit_closed_loop(
             name,
             profile.name.clone(),
             args.seed,
             c?,
-            args.closed_loop.timeline,
-        );
-        report.emit(args.json)?;
+            &args.closed_loop,
+            args.json,
+        )?;
         return Ok(ExitCode::SUCCESS);
     }
     let specs = match files {
