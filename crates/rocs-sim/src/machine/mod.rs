@@ -230,6 +230,7 @@ impl Machine {
             .collect::<Vec<_>>()
             .join(" + ");
         let mut m = Machine::empty(spec, name, seed)?;
+        m.frames.split_first_touches(procs.len());
         for (i, (proc, name)) in procs.into_iter().enumerate() {
             let mut st = m.new_state(i);
             st.core.modern.tlb = spec.tlb.as_ref().map(|tlb| {

@@ -8,7 +8,7 @@ use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 
 use super::hierarchy::{data_ref, instr_ref, modern_fetch, modern_ref, Core, Served, Timing};
-use super::{ProcState, FP};
+use super::{ProcState, FIRST_PID, FP};
 use crate::cache::{Cache, Policy};
 use crate::error::SimError;
 use crate::frames::FrameAllocator;
@@ -353,14 +353,14 @@ fn reference(
     let paddr = if env.identity {
         ev.addr
     } else {
-        translate(map, env.frames, &mut st.core, ev.addr, shift)?
+        translate(map, env.frames, st, ev.addr, shift)?
     };
     // An access crossing into another page touches two frames: reference the two
     // parts separately, as one access (a miss if either part misses).
     let split = !env.identity && (ev.addr & (page_size - 1)) + size > page_size;
     let (first, p2) = if split {
         let first = page_size - (ev.addr & (page_size - 1));
-        let p2 = translate(map, env.frames, &mut st.core, ev.addr + first, shift)?;
+        let p2 = translate(map, env.frames, st, ev.addr + first, shift)?;
         (first, p2)
     } else {
         (size, 0)
@@ -478,7 +478,7 @@ impl RecentLines {
 fn translate(
     map: &mut PageMap,
     frames: &mut FrameAllocator,
-    core: &mut Core,
+    st: &mut ProcState,
     vaddr: u64,
     page_shift: u32,
 ) -> Result<u64, SimError> {
@@ -491,7 +491,7 @@ fn translate(
         } if *vpn == vaddr >> page_shift => {
             Ok(((*pfn as u64) << page_shift) | (vaddr & ((1 << page_shift) - 1)))
         }
-        PageMap::Table { .. } => translate_slow(map, frames, core, vaddr, page_shift),
+        PageMap::Table { .. } => translate_slow(map, frames, st, vaddr, page_shift),
     }
 }
 
@@ -499,7 +499,7 @@ fn translate(
 fn translate_slow(
     map: &mut PageMap,
     frames: &mut FrameAllocator,
-    core: &mut Core,
+    st: &mut ProcState,
     vaddr: u64,
     page_shift: u32,
 ) -> Result<u64, SimError> {
@@ -513,10 +513,12 @@ fn translate_slow(
         None => {
             let out_of_frames =
                 || SimError::OutOfFrames(format!("trace touched {} pages", pages.len()));
-            if let Some(tlb) = core.modern.tlb.as_mut().filter(|t| t.lacks_table(vpn)) {
-                tlb.add_table(vpn, frames.alloc_any().ok_or_else(out_of_frames)?);
+            // Each process takes its first touches' frames from its own share.
+            let share = (st.pid - FIRST_PID) as usize;
+            if let Some(tlb) = st.core.modern.tlb.as_mut().filter(|t| t.lacks_table(vpn)) {
+                tlb.add_table(vpn, frames.alloc_for(share).ok_or_else(out_of_frames)?);
             }
-            let p = frames.alloc_any().ok_or_else(out_of_frames)?;
+            let p = frames.alloc_for(share).ok_or_else(out_of_frames)?;
             pages.insert(vpn, p);
             p
         }
