@@ -96,8 +96,15 @@ fn each_tenant_gets_the_same_frames_whatever_the_pace_of_the_other() {
     for (pid, base) in [(1000, 0x100_0000u64), (1001, 0x200_0000)] {
         let pages: Vec<VirtPage> = (0..128).map(|i| VirtPage((base >> 12) + i)).collect();
         let plain_colours = plain.query(pid, &pages).unwrap();
-        assert!(plain_colours.iter().all(|c| c.is_ok()), "every page touched");
-        assert_eq!(plain_colours, sampled.query(pid, &pages).unwrap(), "pid {pid}");
+        assert!(
+            plain_colours.iter().all(|c| c.is_ok()),
+            "every page touched"
+        );
+        assert_eq!(
+            plain_colours,
+            sampled.query(pid, &pages).unwrap(),
+            "pid {pid}"
+        );
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
