@@ -143,7 +143,7 @@ impl Cache {
     /// where the mask allows). Returns whether it hit and the line it evicted, if any.
     /// A mask other than all ways needs an RRIP-family policy (the LRU layout keeps no way
     /// identity; profiles refuse that combination).
-    #[inline]
+    #[inline(always)]
     pub fn access_line_evicting(&mut self, line: u64, way_mask: u64) -> (bool, Option<u64>) {
         let (hit, evicted) = match self.policy {
             Policy::Lru => {
