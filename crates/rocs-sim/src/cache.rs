@@ -264,6 +264,7 @@ impl Cache {
     }
 
     /// Drop `line` if present (its frame changed). True if it was cached.
+    #[inline(always)]
     pub fn invalidate_line(&mut self, line: u64) -> bool {
         let base = self.set_base(line);
         let ways = self.ways;
@@ -292,6 +293,7 @@ impl Cache {
     }
 
     /// True if `line` is cached (no state change).
+    #[inline(always)]
     pub fn contains_line(&self, line: u64) -> bool {
         let base = self.set_base(line);
         self.tags[base..base + self.ways].contains(&line)
