@@ -270,51 +270,57 @@ impl GenProc {
                 }
                 self.left = self.phases[self.phase].accesses;
             }
-            self.left -= 1;
-            let r = rng.next_u64();
+            // The phase's accesses, until it ends or the clock reaches the limit: the phase
+            // and the count left are looked up once for the run, not on every access.
             let phase = &self.phases[self.phase];
-            let pick = r as u32;
-            let ri = phase
-                .thresholds
-                .iter()
-                .position(|&th| pick < th)
-                .unwrap_or(phase.fallback);
-            let reg = &mut self.regions[ri];
-            let off = reg.next_offset(&mut rng);
-            let is_write = ((r >> 32) as u32) < reg.write_threshold;
-            let pfn = reg.frames[(off >> page_shift) as usize] as u64;
-            let paddr = (pfn << page_shift) | (off & page_mask);
-            st.c.accesses += 1;
-            let vaddr = reg.base_va + off;
-            let (served, walk_fp) = if MODERN {
-                modern_line_ref(&mut st.core, llc, &mut st.c, t, vaddr, paddr, page_shift)
-            } else {
-                (line_ref(&mut st.core, llc, &mut st.c, vaddr, paddr), 0)
-            };
-            reg.accesses += 1;
-            instr_fp += reg.instr_fp;
-            let latency = match served {
-                Served::L1 => t.l1,
-                Served::L2 => t.l2,
-                Served::Llc => {
-                    reg.llc_accesses += 1;
-                    t.llc
+            let mut left = self.left;
+            while left > 0 && clock_fp < limit_fp {
+                left -= 1;
+                let r = rng.next_u64();
+                let pick = r as u32;
+                let ri = phase
+                    .thresholds
+                    .iter()
+                    .position(|&th| pick < th)
+                    .unwrap_or(phase.fallback);
+                let reg = &mut self.regions[ri];
+                let off = reg.next_offset(&mut rng);
+                let is_write = ((r >> 32) as u32) < reg.write_threshold;
+                let pfn = reg.frames[(off >> page_shift) as usize] as u64;
+                let paddr = (pfn << page_shift) | (off & page_mask);
+                st.c.accesses += 1;
+                let vaddr = reg.base_va + off;
+                let (served, walk_fp) = if MODERN {
+                    modern_line_ref(&mut st.core, llc, &mut st.c, t, vaddr, paddr, page_shift)
+                } else {
+                    (line_ref(&mut st.core, llc, &mut st.c, vaddr, paddr), 0)
+                };
+                reg.accesses += 1;
+                instr_fp += reg.instr_fp;
+                let latency = match served {
+                    Served::L1 => t.l1,
+                    Served::L2 => t.l2,
+                    Served::Llc => {
+                        reg.llc_accesses += 1;
+                        t.llc
+                    }
+                    Served::Mem => {
+                        reg.llc_accesses += 1;
+                        reg.llc_misses += 1;
+                        reg.mem_fp
+                    }
+                };
+                clock_fp += reg.base_fp + latency + walk_fp;
+                if served >= Served::Llc && !is_write && st.pmu.enabled {
+                    st.clock_fp = clock_fp;
+                    st.instr_fp = instr_fp;
+                    st.rng = rng;
+                    st.pmu_event(t, vaddr, Some(paddr), served, latency);
+                    clock_fp = st.clock_fp;
+                    rng = st.rng.clone();
                 }
-                Served::Mem => {
-                    reg.llc_accesses += 1;
-                    reg.llc_misses += 1;
-                    reg.mem_fp
-                }
-            };
-            clock_fp += reg.base_fp + latency + walk_fp;
-            if served >= Served::Llc && !is_write && st.pmu.enabled {
-                st.clock_fp = clock_fp;
-                st.instr_fp = instr_fp;
-                st.rng = rng;
-                st.pmu_event(t, vaddr, Some(paddr), served, latency);
-                clock_fp = st.clock_fp;
-                rng = st.rng.clone();
             }
+            self.left = left;
         }
         st.clock_fp = clock_fp;
         st.instr_fp = instr_fp;
