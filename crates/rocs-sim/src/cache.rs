@@ -134,8 +134,15 @@ impl Cache {
     pub fn access_line(&mut self, line: u64) -> bool {
         match self.policy {
             Policy::Lru => self.access_lru(self.set_base(line), line).0,
-            _ => self.access_rrip(self.set_of(line), line, ALL_WAYS).0,
+            _ => self.access_line_rrip(line),
         }
+    }
+
+    /// [`Cache::access_line`] of an RRIP-family cache, out of line: the L1s that the
+    /// generator's loop inlines are LRU, and the loop keeps more in registers without it.
+    #[inline(never)]
+    fn access_line_rrip(&mut self, line: u64) -> bool {
+        self.access_rrip(self.set_of(line), line, ALL_WAYS).0
     }
 
     /// Reference one line, installing it on a miss into one of the ways of `way_mask` (bit
