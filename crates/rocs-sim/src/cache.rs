@@ -105,6 +105,12 @@ impl Cache {
     /// Index of the first slot of the set holding `line`.
     #[inline(always)]
     fn set_base(&self, line: u64) -> usize {
+        self.set_of(line) * self.ways
+    }
+
+    /// The set (over all slices) that holds `line`.
+    #[inline(always)]
+    fn set_of(&self, line: u64) -> usize {
         let set_in_slice = line & self.set_mask;
         let set = if self.slices == 1 {
             set_in_slice
@@ -120,17 +126,23 @@ impl Cache {
             let slice = ((h as u128 * self.slices as u128) >> 64) as u64;
             slice * (self.set_mask + 1) + set_in_slice
         };
-        set as usize * self.ways
+        set as usize
     }
 
     /// Reference one line: true on a hit. On a miss the line is installed.
     #[inline(always)]
     pub fn access_line(&mut self, line: u64) -> bool {
-        let base = self.set_base(line);
         match self.policy {
-            Policy::Lru => self.access_lru(base, line).0,
-            _ => self.access_rrip(base, line, ALL_WAYS).0,
+            Policy::Lru => self.access_lru(self.set_base(line), line).0,
+            _ => self.access_line_rrip(line),
         }
+    }
+
+    /// [`Cache::access_line`] of an RRIP-family cache, out of line: the L1s that the
+    /// generator's loop inlines are LRU, and the loop keeps more in registers without it.
+    #[inline(never)]
+    fn access_line_rrip(&mut self, line: u64) -> bool {
+        self.access_rrip(self.set_of(line), line, ALL_WAYS).0
     }
 
     /// Reference one line, installing it on a miss into one of the ways of `way_mask` (bit
@@ -138,15 +150,14 @@ impl Cache {
     /// where the mask allows). Returns whether it hit and the line it evicted, if any.
     /// A mask other than all ways needs an RRIP-family policy (the LRU layout keeps no way
     /// identity; profiles refuse that combination).
-    #[inline]
+    #[inline(always)]
     pub fn access_line_evicting(&mut self, line: u64, way_mask: u64) -> (bool, Option<u64>) {
-        let base = self.set_base(line);
         let (hit, evicted) = match self.policy {
             Policy::Lru => {
                 debug_assert!(way_mask & self.all_ways() == self.all_ways());
-                self.access_lru(base, line)
+                self.access_lru(self.set_base(line), line)
             }
-            _ => self.access_rrip(base, line, way_mask),
+            _ => self.access_rrip(self.set_of(line), line, way_mask),
         };
         (hit, (evicted != INVALID).then_some(evicted))
     }
@@ -199,9 +210,12 @@ impl Cache {
     }
 
     /// (hit, the line evicted or INVALID); fills only go to the ways of `way_mask`.
+    /// Takes the set's index, not its first slot's, so that the dueling below needs no
+    /// division by the number of ways.
     #[inline(always)]
-    fn access_rrip(&mut self, base: usize, line: u64, way_mask: u64) -> (bool, u64) {
+    fn access_rrip(&mut self, set_index: usize, line: u64, way_mask: u64) -> (bool, u64) {
         let ways = self.ways;
+        let base = set_index * ways;
         let set = &mut self.tags[base..base + ways];
         let rrpv = &mut self.rrpv[base..base + ways];
         if let Some(i) = set.iter().position(|&t| t == line) {
@@ -225,7 +239,6 @@ impl Cache {
                 }
             }
         };
-        let set_index = base / ways;
         let use_brrip = match self.policy {
             Policy::Srrip => false,
             Policy::Brrip => true,
@@ -258,6 +271,7 @@ impl Cache {
     }
 
     /// Drop `line` if present (its frame changed). True if it was cached.
+    #[inline(always)]
     pub fn invalidate_line(&mut self, line: u64) -> bool {
         let base = self.set_base(line);
         let ways = self.ways;
@@ -286,6 +300,7 @@ impl Cache {
     }
 
     /// True if `line` is cached (no state change).
+    #[inline(always)]
     pub fn contains_line(&self, line: u64) -> bool {
         let base = self.set_base(line);
         self.tags[base..base + self.ways].contains(&line)

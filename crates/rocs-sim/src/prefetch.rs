@@ -128,10 +128,14 @@ impl Prefetcher {
         None
     }
 
-    /// The L2 saw a demand reference to `line`: write the lines to prefetch into `out`,
-    /// return how many.
+    /// The L2 saw a demand reference to `line`: the lines to prefetch.
     #[inline]
-    pub fn on_access(&mut self, line: u64, out: &mut [u64; MAX_DEGREE]) -> usize {
+    pub fn on_access(&mut self, line: u64) -> Prefetches {
+        let none = Prefetches {
+            next: 0,
+            stride: 0,
+            left: 0,
+        };
         let page = line >> self.page_lines_shift;
         let at = (line & ((1 << self.page_lines_shift) - 1)) as i64;
         // Most accesses continue the stream of the access before, or of the one before
@@ -159,13 +163,13 @@ impl Prefetcher {
             self.filter[key(page) as usize % FILTER] += 1;
             self.keys[i] = key(page);
             self.touch(i);
-            return 0;
+            return none;
         };
         self.touch(i);
         let s = &mut self.streams[i];
         let delta = at - s.last;
         if delta == 0 {
-            return 0;
+            return none;
         }
         if delta == s.stride {
             s.run += 1;
@@ -176,7 +180,7 @@ impl Prefetcher {
         }
         s.last = at;
         if s.run < self.train {
-            return 0;
+            return none;
         }
         let lines = 1i64 << self.page_lines_shift;
         let limit = at + s.stride * self.distance;
@@ -187,14 +191,42 @@ impl Prefetcher {
         } else {
             s.next.min(at + s.stride)
         };
+        let first = p;
         let mut n = 0;
         while n < self.degree as usize && ahead(p) && (0..lines).contains(&p) {
-            out[n] = (page << self.page_lines_shift) | p as u64;
             n += 1;
             p += s.stride;
         }
         s.next = p;
-        n
+        Prefetches {
+            next: (page << self.page_lines_shift) | first as u64,
+            stride: s.stride,
+            left: n,
+        }
+    }
+}
+
+/// The lines one access prefetches: `left` lines from `next` on, `stride` lines apart, all
+/// in one page (the prefetcher's answer as it is, instead of a list to fill and read).
+#[derive(Clone, Copy)]
+pub struct Prefetches {
+    next: u64,
+    stride: i64,
+    left: usize,
+}
+
+impl Iterator for Prefetches {
+    type Item = u64;
+
+    #[inline]
+    fn next(&mut self) -> Option<u64> {
+        if self.left == 0 {
+            return None;
+        }
+        let line = self.next;
+        self.next = self.next.wrapping_add_signed(self.stride);
+        self.left -= 1;
+        Some(line)
     }
 }
 
@@ -222,15 +254,14 @@ mod tests {
     /// Feed lines, return (accesses the prefetcher had not fetched ahead, prefetches).
     fn run(p: &mut Prefetcher, lines: impl Iterator<Item = u64>) -> (u64, u64) {
         let mut fetched: std::collections::HashSet<u64> = std::collections::HashSet::new();
-        let mut out = [0; MAX_DEGREE];
         let (mut uncovered, mut issued) = (0, 0);
         for l in lines {
             if !fetched.contains(&l) {
                 uncovered += 1;
             }
-            let n = p.on_access(l, &mut out);
-            issued += n as u64;
-            fetched.extend(&out[..n]);
+            let out: Vec<u64> = p.on_access(l).collect();
+            issued += out.len() as u64;
+            fetched.extend(out);
         }
         (uncovered, issued)
     }
@@ -260,12 +291,9 @@ mod tests {
     fn distance_bounds_how_far_ahead() {
         // Degree 8 but distance 3: never more than 3 lines ahead of the access.
         let mut p = Prefetcher::new(&spec(8, 3, 2), 64);
-        let mut out = [0; MAX_DEGREE];
-        assert_eq!(p.on_access(0, &mut out), 0);
-        let n = p.on_access(1, &mut out);
-        assert_eq!(&out[..n], &[2, 3, 4]);
-        let n = p.on_access(2, &mut out);
-        assert_eq!(&out[..n], &[5]);
+        assert_eq!(p.on_access(0).count(), 0);
+        assert_eq!(p.on_access(1).collect::<Vec<_>>(), [2, 3, 4]);
+        assert_eq!(p.on_access(2).collect::<Vec<_>>(), [5]);
     }
 
     proptest::proptest! {
@@ -279,11 +307,10 @@ mod tests {
             let spec = PrefetchSpec { streams, ..spec(2, 20, 2) };
             let mut p = Prefetcher::new(&spec, 64);
             let mut model: Vec<(u64, u64)> = vec![(NO_PAGE, 0); streams];
-            let mut out = [0; MAX_DEGREE];
             for (tick, &page) in (1u64..).zip(&pages) {
                 // Pages far apart in the address, so that their keys differ in high bits.
                 let page = page << 31 | page;
-                p.on_access(page << 6, &mut out);
+                p.on_access(page << 6);
                 let i = match model.iter().position(|&(pg, _)| pg == page) {
                     Some(i) => i,
                     None => {

@@ -13,6 +13,8 @@ use crate::workload::{Pattern, Workload};
 /// Virtual address of a generated process's first region.
 const REGION_BASE: u64 = 0x4000_0000;
 
+/// A `u8` tag rather than a niche in a field: telling the patterns apart is then one load.
+#[repr(u8)]
 pub(super) enum PatternState {
     Sequential {
         pos: u64,
@@ -230,62 +232,99 @@ impl GenProc {
         page_shift: u32,
         limit_fp: u64,
     ) {
+        // One loop per path, so that no access asks which one it takes.
+        if st.core.modern.any() {
+            self.run_on::<true>(st, llc, t, page_shift, limit_fp)
+        } else {
+            self.run_on::<false>(st, llc, t, page_shift, limit_fp)
+        }
+    }
+
+    /// [`GenProc::run`] down the modern path (`MODERN`) or the paper's.
+    #[inline(always)]
+    fn run_on<const MODERN: bool>(
+        &mut self,
+        st: &mut ProcState,
+        llc: &mut Cache,
+        t: &Timing,
+        page_shift: u32,
+        limit_fp: u64,
+    ) {
         let page_mask = (1u64 << page_shift) - 1;
-        let modern = st.core.modern.any();
-        while st.clock_fp < limit_fp {
+        // The clock, the instruction count and the random generator live in locals while
+        // the loop runs (registers, not stores to `st` on every access), and go back to
+        // `st` when it stops and around the PMU's sample, which reads them.
+        let mut clock_fp = st.clock_fp;
+        let mut instr_fp = st.instr_fp;
+        let mut rng = st.rng.clone();
+        while clock_fp < limit_fp {
             if self.left == 0 {
                 self.phase += 1;
                 if self.phase == self.phases.len() {
                     self.repeats_left -= 1;
                     if self.repeats_left == 0 {
                         st.finished = true;
-                        return;
+                        break;
                     }
                     self.phase = 0;
                 }
                 self.left = self.phases[self.phase].accesses;
             }
-            self.left -= 1;
-            let r = st.rng.next_u64();
+            // The phase's accesses, until it ends or the clock reaches the limit: the phase
+            // and the count left are looked up once for the run, not on every access.
             let phase = &self.phases[self.phase];
-            let pick = r as u32;
-            let ri = phase
-                .thresholds
-                .iter()
-                .position(|&th| pick < th)
-                .unwrap_or(phase.fallback);
-            let reg = &mut self.regions[ri];
-            let off = reg.next_offset(&mut st.rng);
-            let is_write = ((r >> 32) as u32) < reg.write_threshold;
-            let pfn = reg.frames[(off >> page_shift) as usize] as u64;
-            let paddr = (pfn << page_shift) | (off & page_mask);
-            st.c.accesses += 1;
-            let vaddr = reg.base_va + off;
-            let (served, walk_fp) = if modern {
-                modern_line_ref(&mut st.core, llc, &mut st.c, t, vaddr, paddr, page_shift)
-            } else {
-                (line_ref(&mut st.core, llc, &mut st.c, vaddr, paddr), 0)
-            };
-            reg.accesses += 1;
-            st.instr_fp += reg.instr_fp;
-            let latency = match served {
-                Served::L1 => t.l1,
-                Served::L2 => t.l2,
-                Served::Llc => {
-                    reg.llc_accesses += 1;
-                    t.llc
+            let mut left = self.left;
+            while left > 0 && clock_fp < limit_fp {
+                left -= 1;
+                let r = rng.next_u64();
+                let pick = r as u32;
+                let ri = phase
+                    .thresholds
+                    .iter()
+                    .position(|&th| pick < th)
+                    .unwrap_or(phase.fallback);
+                let reg = &mut self.regions[ri];
+                let off = reg.next_offset(&mut rng);
+                let is_write = ((r >> 32) as u32) < reg.write_threshold;
+                let pfn = reg.frames[(off >> page_shift) as usize] as u64;
+                let paddr = (pfn << page_shift) | (off & page_mask);
+                st.c.accesses += 1;
+                let vaddr = reg.base_va + off;
+                let (served, walk_fp) = if MODERN {
+                    modern_line_ref(&mut st.core, llc, &mut st.c, t, vaddr, paddr, page_shift)
+                } else {
+                    (line_ref(&mut st.core, llc, &mut st.c, vaddr, paddr), 0)
+                };
+                reg.accesses += 1;
+                instr_fp += reg.instr_fp;
+                let latency = match served {
+                    Served::L1 => t.l1,
+                    Served::L2 => t.l2,
+                    Served::Llc => {
+                        reg.llc_accesses += 1;
+                        t.llc
+                    }
+                    Served::Mem => {
+                        reg.llc_accesses += 1;
+                        reg.llc_misses += 1;
+                        reg.mem_fp
+                    }
+                };
+                clock_fp += reg.base_fp + latency + walk_fp;
+                if served >= Served::Llc && !is_write && st.pmu.enabled {
+                    st.clock_fp = clock_fp;
+                    st.instr_fp = instr_fp;
+                    st.rng = rng;
+                    st.pmu_event(t, vaddr, Some(paddr), served, latency);
+                    clock_fp = st.clock_fp;
+                    rng = st.rng.clone();
                 }
-                Served::Mem => {
-                    reg.llc_accesses += 1;
-                    reg.llc_misses += 1;
-                    reg.mem_fp
-                }
-            };
-            st.clock_fp += reg.base_fp + latency + walk_fp;
-            if served >= Served::Llc && !is_write && st.pmu.enabled {
-                st.pmu_event(t, vaddr, Some(paddr), served, latency);
             }
+            self.left = left;
         }
+        st.clock_fp = clock_fp;
+        st.instr_fp = instr_fp;
+        st.rng = rng;
     }
 
     pub(super) fn region_of(&mut self, vaddr: u64) -> Option<(&mut Region, usize)> {

@@ -4,7 +4,7 @@
 use super::stats::Counts;
 use super::FP_SHIFT;
 use crate::cache::Cache;
-use crate::prefetch::{Prefetcher, MAX_DEGREE};
+use crate::prefetch::Prefetcher;
 use crate::spec::{Fill, LevelSpec, MachineSpec};
 use crate::tlb::Tlb;
 use rocs_core::CacheGeometry;
@@ -366,15 +366,11 @@ fn l1_miss(core: &mut Core, llc: &mut Cache, c: &mut Counts, paddr: u64) -> Serv
     if core.modern.prefetch_paused {
         return served;
     }
-    let mut lines = [0u64; MAX_DEGREE];
-    let (n, l2_shift) = match (core.modern.prefetch.as_mut(), core.l2.as_ref()) {
-        (Some(p), Some(l2)) => (
-            p.on_access(paddr >> l2.line_shift(), &mut lines),
-            l2.line_shift(),
-        ),
-        _ => (0, 0),
+    let (Some(p), Some(l2)) = (core.modern.prefetch.as_mut(), core.l2.as_ref()) else {
+        return served;
     };
-    for &line in &lines[..n] {
+    let l2_shift = l2.line_shift();
+    for line in p.on_access(paddr >> l2_shift) {
         // A line the L2 already holds is not fetched again.
         if core.l2.as_ref().is_some_and(|l2| l2.contains_line(line)) {
             continue;
