@@ -10,7 +10,7 @@ use rocs_core::{MissRateStack, PageCounts, PageProfile, VirtPage};
 mod svg;
 pub use svg::profile_svg;
 // The axes and legends of every SVG picture rocsctl draws.
-pub(crate) use svg::{esc, legend, ticks, y_axis, FRAME, GRID};
+pub(crate) use svg::{legend, svg_start, ticks, y_axis, FRAME, GRID};
 
 /// Pages per miss-rate bin: bin i holds rates in [i/bins, (i+1)/bins), the last bin
 /// includes 1.0.

@@ -35,6 +35,23 @@ pub(crate) fn esc(s: &str) -> String {
         .replace('>', "&gt;")
 }
 
+/// An SVG document's opening of `width` by `height` on white, with its title; the caller
+/// closes it with `</svg>`.
+pub(crate) fn svg_start(width: f64, height: f64, title: &str) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" font-family="sans-serif">"#
+    );
+    let _ = writeln!(out, r#"<rect width="100%" height="100%" fill="white"/>"#);
+    let _ = writeln!(
+        out,
+        r#"<text x="20" y="28" font-size="16" font-weight="bold">{}</text>"#,
+        esc(title)
+    );
+    out
+}
+
 /// Round steps (1, 2 or 5 times a power of ten) from 0 to at least `max`, at most 6 of them.
 pub(crate) fn ticks(max: f64) -> Vec<f64> {
     let max = if max > 0.0 { max } else { 1.0 };
@@ -442,17 +459,7 @@ pub fn profile_svg(
     confined: &BTreeSet<VirtPage>,
     title: &str,
 ) -> String {
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" viewBox="0 0 {WIDTH} {HEIGHT}" font-family="sans-serif">"#
-    );
-    let _ = writeln!(out, r#"<rect width="100%" height="100%" fill="white"/>"#);
-    let _ = writeln!(
-        out,
-        r#"<text x="20" y="28" font-size="16" font-weight="bold">{}</text>"#,
-        esc(title)
-    );
+    let mut out = svg_start(WIDTH, HEIGHT, title);
     let sampled_confined = profile
         .sorted()
         .iter()

@@ -10,7 +10,7 @@ use rocs_core::{Pid, State};
 use rocs_sim::closed_loop::{RocsRun, TimelineEvent, WindowRow};
 use serde::Serialize;
 
-use crate::render::{esc, legend, ticks, y_axis, FRAME, GRID};
+use crate::render::{legend, svg_start, ticks, y_axis, FRAME, GRID};
 
 /// The timeline of a rocs run, as `--json` writes it.
 #[derive(Debug, Serialize)]
@@ -176,17 +176,7 @@ impl TimelineReport {
             PROCESS_COLOURS[i % PROCESS_COLOURS.len()]
         };
 
-        let mut out = String::new();
-        let _ = writeln!(
-            out,
-            r#"<svg xmlns="http://www.w3.org/2000/svg" width="{SVG_W}" height="{height}" viewBox="0 0 {SVG_W} {height}" font-family="sans-serif">"#
-        );
-        let _ = writeln!(out, r#"<rect width="100%" height="100%" fill="white"/>"#);
-        let _ = writeln!(
-            out,
-            r#"<text x="20" y="28" font-size="16" font-weight="bold">{}</text>"#,
-            esc(title)
-        );
+        let mut out = svg_start(SVG_W, height, title);
         let _ = writeln!(
             out,
             r#"<text class="caption" x="20" y="50" font-size="12">{windows} controller windows of {} cycles each. Top: each process's instructions per cycle in the window.</text>"#,
