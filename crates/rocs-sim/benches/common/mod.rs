@@ -5,7 +5,7 @@ use std::time::Duration;
 use criterion::measurement::{Measurement, ValueFormatter, WallTime};
 
 /// CPU time of the calling thread.
-fn thread_cpu_time() -> Duration {
+pub fn thread_cpu_time() -> Duration {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
