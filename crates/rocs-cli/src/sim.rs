@@ -142,7 +142,8 @@ pub enum Mode {
     /// The best offline k for rocs's own profile (ROCS's Best Offline): the workload run
     /// once per candidate k, candidates on a grid over that profile's region boundaries
     /// (--oracle-grid); runs baseline and rocs too, whose profile it uses. Progress lines
-    /// 'oracle profile i/n' are its runs for rocs's i-th profile of n.
+    /// 'oracle profile i/n' are its runs for rocs's i-th profile of n. Like rocs, it may not
+    /// choose a k that slows any process by more than max_slowdown against k = 0.
     Oracle,
     /// Baseline, rocs and oracle.
     All,
@@ -367,10 +368,18 @@ impl RunReport {
             }
             if let Some(o) = &m.oracle {
                 println!(
-                    "{:>10}  best k = {} ({} candidates tried)",
+                    "{:>10}  best k = {} ({} candidates tried{})",
                     "",
                     o.k,
-                    o.candidates.len()
+                    o.candidates.len(),
+                    if o.refused.is_empty() {
+                        String::new()
+                    } else {
+                        format!(
+                            "; {} refused: they slowed a tenant beyond max_slowdown",
+                            o.refused.len()
+                        )
+                    }
                 );
             }
             if m.processes.len() > 1 {

@@ -10,6 +10,9 @@
 //!   once per candidate `k` with the top `k` pages confined from that point on, keeping the
 //!   best. With several profiles (phases) it chooses each profile's `k` in turn, holding the
 //!   earlier ones at their best. It pays for migrations but not for sampling or searching.
+//!   Like the controller, it may not choose a `k` that slows any process by more than
+//!   `max_slowdown` against `k = 0` (unless background): the best placement the policy
+//!   allows, not the fastest at any tenant's expense.
 //!
 //! Everything is deterministic for a seed.
 
@@ -219,6 +222,9 @@ pub struct OracleRun {
     pub ks: Vec<usize>,
     /// Every candidate tried: (profile index, k, cycles).
     pub candidates: Vec<(usize, usize, u64)>,
+    /// Candidates not chosen whatever their cycles because they slowed a tenant by more
+    /// than `max_slowdown` against k = 0: (profile index, k).
+    pub refused: Vec<(usize, usize)>,
 }
 
 /// A machine built afresh for every run.
@@ -494,6 +500,18 @@ pub fn compare(
 
 /// Each tenant's speedup under rocs: its baseline cycles over its cycles in `rocs` (0 for a
 /// tenant missing from `rocs`).
+/// Whether `candidate` keeps every process within the policy's bound on slowdown against
+/// `reference`, the same run with nothing confined: what the controller's group search
+/// allows (each tenant at least `1 - max_slowdown` of its pace, unless background), and so
+/// what the offline oracles may choose. An oracle that slowed one tenant by 17% to speed
+/// the pair up by 6% is a placement rocs must refuse, not one it should reach.
+fn within_slowdown_bound(reference: &RunStats, candidate: &RunStats, knobs: &Knobs) -> bool {
+    knobs.background
+        || tenant_speedups(reference, candidate)
+            .iter()
+            .all(|&s| s >= 1.0 - knobs.max_slowdown)
+}
+
 fn tenant_speedups(baseline: &crate::RunStats, rocs: &crate::RunStats) -> Vec<f64> {
     baseline
         .processes

@@ -334,8 +334,9 @@ impl RealSuite {
              program's trace is replayed {REPEAT} times; a pair's two programs share the LLC, \
              each replayed in a loop to {REPEAT} times the longer one's references. \
              speedup = baseline cycles / rocs cycles; oracle = the best offline `k` for \
-             rocs's profile; of oracle = oracle cycles / rocs cycles; tenants = each \
-             tenant's baseline cycles / its cycles under rocs.\n",
+             rocs's profile among those that slow no tenant by more than `max_slowdown` (5% \
+             by default) against k = 0; of oracle = oracle cycles / rocs cycles; tenants = \
+             each tenant's baseline cycles / its cycles under rocs.\n",
             self.command, self.seed
         );
         for machine in self.machines() {

@@ -215,10 +215,11 @@ impl Evaluation {
         let _ = writeln!(
             s,
             "speedup = baseline cycles / rocs cycles; oracle = the best offline `k` for the same \
-             profile (ROCS's Best Offline); of oracle = oracle cycles / rocs cycles; MPKI = LLC \
-             misses per 1000 instructions, change against baseline; overhead = cycles the \
-             target paid for sampling and migrating / rocs cycles (search windows spent at \
-             worse `k` are in the speedup, not here).\n"
+             profile (ROCS's Best Offline) among those that slow no tenant by more than \
+             `max_slowdown` (5% by default) against k = 0; of oracle = oracle cycles / rocs \
+             cycles; MPKI = LLC misses per 1000 instructions, change against baseline; \
+             overhead = cycles the target paid for sampling and migrating / rocs cycles \
+             (search windows spent at worse `k` are in the speedup, not here).\n"
         );
         for machine in self.machines() {
             let _ = writeln!(s, "## {machine}\n");
@@ -321,7 +322,8 @@ impl Evaluation {
              the L2 prefetcher off while it profiles); rocs, pf on = the same profiling with \
              the prefetcher left on; oracle-rocs = the best offline `k` for rocs's profile; \
              oracle-CAT = the best resctrl way masks found offline (one per process: `masks`, \
-             process order; a process alone gets every way: CAT splits processes, and one \
+             process order; neither oracle may slow a tenant by more than `max_slowdown`, 5% \
+             by default, against k = 0 or no CAT; a process alone gets every way: CAT splits processes, and one \
              alone keeps its stream and its reused data under one mask); both = rocs online \
              on the oracle-CAT masks. The pollute buffer is 1/16 of the LLC's colours. The \
              oracle tries k = 0, the quarters of the stack and rocs's choice first and stops \
