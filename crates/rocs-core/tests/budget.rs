@@ -229,15 +229,29 @@ fn a_target_does_not_search_for_a_sharer_whose_misses_only_stream() {
 }
 
 #[test]
-fn a_target_searches_for_a_sharer_whose_reused_data_misses() {
-    // The same victim beside a neighbour that also reuses data that misses: confining the
-    // victim's pages might give the neighbour its cache back, and only a search can tell.
-    let (_, events) = run(&[(1, Pattern::StreamAndReuse), (2, Pattern::Uniform)], 120);
+fn a_target_searches_for_a_sharer_whose_reused_data_misses_with_its_streams_only() {
+    // Beside a neighbour that also reuses data that misses, confining a target's streams
+    // might give the neighbour its cache back, and only a search can tell.
+    let (_, events) = run(&[(1, Pattern::StreamAndReuse), (2, Pattern::Stream)], 120);
     assert!(
         searched(&events[&2]),
-        "the victim did not search: {:?}",
+        "the streamer did not search: {:?}",
         events[&2]
     );
+    // A table whose pages hit as often as they miss is not confined for the neighbour:
+    // its own hits would be lost (the probes alone cost it half its pace).
+    let (fake, events) = run(&[(1, Pattern::StreamAndReuse), (2, Pattern::Uniform)], 120);
+    assert!(
+        !searched(&events[&2]),
+        "the victim searched: {:?}",
+        events[&2]
+    );
+    assert_eq!(fake.moved.get(&2), None, "the victim's pages moved");
+    let said = events[&2].iter().any(|e| {
+        matches!(e, EventKind::Transition { to: State::Steady, reason, .. }
+            if reason.starts_with("nothing to confine for the sharers"))
+    });
+    assert!(said, "{:?}", events[&2]);
 }
 
 /// A lone target with nothing to win whose phases change every 20 windows (IPC 0.5, then

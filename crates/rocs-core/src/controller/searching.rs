@@ -186,6 +186,31 @@ impl Controller {
             self.enter_steady(reason, false, out);
             return;
         }
+        if promise < self.knobs.min_promise {
+            // A search only for the sharers' gain confines only what this target does not
+            // reuse itself: its pages that (nearly) only miss. Its pages that hit would
+            // lose those hits in the pollute colours, at its own expense: a tenant whose
+            // reused data missed a little less than it hit probed 76 of its 80 pages for
+            // its sharers and ran at half its pace for the probe's windows.
+            let streaming = self.streaming_top();
+            if streaming == 0 {
+                let reason = format!(
+                    "nothing to confine for the sharers: {:.1}% of the sampled LLC loads \
+                     miss on pages that are also reused (under min_promise {:.1}%), and no \
+                     page of the stack only streams (a miss rate of at least {:.2}): \
+                     confining any would cost this target its own hits",
+                    promise * 100.0,
+                    self.knobs.min_promise * 100.0,
+                    1.0 - self.knobs.region_merge_tolerance
+                );
+                self.enter_steady(reason, false, out);
+                return;
+            }
+            let top = self.build.stack.entries()[..streaming].to_vec();
+            self.build.stack = MissRateStack::from_entries(top);
+        }
+        let for_sharers = (n > self.build.stack.len()).then_some(n);
+        let n = self.build.stack.len();
         let mut search = Search::new(&self.knobs, n, self.build.stack.boundaries());
         let profile_ipcs = match &self.stage {
             Stage::Profile { ipcs, .. } => ipcs.as_slice(),
@@ -209,6 +234,11 @@ impl Controller {
             self.build.regions.len(),
             promise * 100.0
         );
+        if let Some(all) = for_sharers {
+            reason += &format!(
+                "; for the sharers' gain: only the {n} of its {all} pages that only stream"
+            );
+        }
         if let (Some((k, _)), SearchMode::Adaptive) = (recalled, self.knobs.search) {
             reason += &format!(", from k = {k}: its top pages are an earlier phase's choice");
         }
@@ -717,6 +747,14 @@ impl Controller {
         } else {
             winnable as f64 / loads as f64
         }
+    }
+
+    /// How many of the stack's top pages (nearly) only miss: a miss rate within
+    /// `region_merge_tolerance` of 1, what a stream's pages read.
+    fn streaming_top(&self) -> usize {
+        let least = 1.0 - self.knobs.region_merge_tolerance;
+        let entries = self.build.stack.entries();
+        entries.iter().take_while(|e| e.miss_rate >= least).count()
     }
 
     /// Whether the profile so far already says there is nothing to win: its promise is
