@@ -192,8 +192,8 @@ struct Shared {
     shim_pollute: Vec<Colour>,
     page_shift: u32,
     colours: u32,
-    /// Lines the LLC holds (0: its geometry is unknown).
-    llc_lines: u64,
+    /// The LLC's geometry, if known.
+    llc: Option<CacheGeometry>,
     window: Duration,
 }
 
@@ -210,7 +210,7 @@ pub fn start(
         shim_pollute: setup.shim_pollute,
         page_shift: setup.page_shift,
         colours: daemon.colours,
-        llc_lines: daemon.llc.map_or(0, |g| g.size() / g.line_size),
+        llc: daemon.llc,
         window: Duration::from_millis(daemon.config.window_ms),
     });
     let cpus = llc_domains(Path::new("/sys"));
@@ -527,7 +527,9 @@ impl DomainHost {
                 return;
             }
         };
-        controller.set_llc_lines(shared.llc_lines);
+        if let Some(llc) = &shared.llc {
+            controller.set_llc(llc);
+        }
         tracing::info!(pid, comm = %comm, domain = self.index, "attached under policy {policy}");
         if shared.shim.is_some() && controller.pollute_colours() != shared.shim_pollute {
             tracing::warn!(

@@ -262,7 +262,7 @@ impl SimHost {
                     continue;
                 }
             };
-            controller.set_llc_lines(geometry.size() / geometry.line_size);
+            controller.set_llc(&geometry);
             // The machine's pollute buffer follows the policy of its targets.
             if let Err(e) = run
                 .machine

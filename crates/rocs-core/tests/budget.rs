@@ -6,9 +6,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::convert::Infallible;
 
 use rocs_core::{
-    Colour, Controller, CounterDelta, Counters, DataSource, Driver, Engine, EventKind, Knobs,
-    MemSample, Outcome, PageResult, Pid, Placement, Remapper, SampleLoss, Sampler, SamplingPlan,
-    State, VirtPage,
+    CacheGeometry, Colour, Controller, CounterDelta, Counters, DataSource, Driver, Engine,
+    EventKind, Knobs, MemSample, Outcome, PageResult, Pid, Placement, Remapper, SampleLoss,
+    Sampler, SamplingPlan, State, VirtPage,
 };
 
 const SHIFT: u32 = 12;
@@ -153,6 +153,17 @@ fn run_with(
     knobs: Knobs,
     ipc: IpcOf,
 ) -> (Fake, BTreeMap<Pid, Vec<EventKind>>) {
+    run_on(None, targets, windows, knobs, ipc)
+}
+
+/// [`run_with`] on an LLC the controllers are told of (`None`: they know nothing of it).
+fn run_on(
+    llc: Option<&CacheGeometry>,
+    targets: &[(Pid, Pattern)],
+    windows: usize,
+    knobs: Knobs,
+    ipc: IpcOf,
+) -> (Fake, BTreeMap<Pid, Vec<EventKind>>) {
     let mut fake = Fake {
         first: targets
             .iter()
@@ -166,7 +177,10 @@ fn run_with(
     };
     let mut engine = Engine::new();
     for &(pid, _) in targets {
-        let ctrl = Controller::new(pid, knobs.clone(), SHIFT, COLOURS).expect("valid knobs");
+        let mut ctrl = Controller::new(pid, knobs.clone(), SHIFT, COLOURS).expect("valid knobs");
+        if let Some(llc) = llc {
+            ctrl.set_llc(llc);
+        }
         engine.attach(ctrl);
     }
     let mut driver = Driver::new();
@@ -366,7 +380,13 @@ fn first_profile_window(targets: &[Pid], llc_lines: u64) -> BTreeMap<Pid, u64> {
     let mut engine = Engine::new();
     for &pid in targets {
         let mut ctrl = Controller::new(pid, knobs(), SHIFT, COLOURS).expect("valid knobs");
-        ctrl.set_llc_lines(llc_lines);
+        if llc_lines > 0 {
+            // 16 colours of 4 KiB pages, 64-byte lines, 16 ways, as many slices as it takes.
+            let slices = llc_lines / (16 * 1024);
+            let llc = CacheGeometry::from_size(llc_lines * 64, 64, 16, slices, 4096)
+                .expect("a valid geometry");
+            ctrl.set_llc(&llc);
+        }
         engine.attach(ctrl);
     }
     let mut driver = Driver::new();
@@ -397,14 +417,37 @@ fn a_cache_still_filling_is_not_profiled() {
     // Each target misses 12,500 lines a window. Told nothing of the LLC, a target profiles
     // after its first window, however cold the cache.
     assert_eq!(first_profile_window(&[1], 0), BTreeMap::from([(1, 0)]));
-    // An LLC of 100,000 lines: alone, a target fills it in 8 windows, and profiles at the
+    // An LLC of 98,304 lines: alone, a target fills it in 8 windows, and profiles at the
     // end of the 8th.
-    assert_eq!(
-        first_profile_window(&[1], 100_000),
-        BTreeMap::from([(1, 7)])
-    );
+    assert_eq!(first_profile_window(&[1], 98_304), BTreeMap::from([(1, 7)]));
     // Two targets fill it twice as fast, with their misses together; the one that profiles
     // first is the one whose turn it is.
-    let shared = first_profile_window(&[1, 2], 100_000);
+    let shared = first_profile_window(&[1, 2], 98_304);
     assert_eq!(shared.values().min(), Some(&3), "{shared:?}");
+}
+
+#[test]
+fn reused_data_larger_than_the_cache_promises_only_what_the_cache_can_hold() {
+    // 32 reused pages that hit four loads in five, beside 32 that only stream. Told
+    // nothing of the LLC, the target searches: a fifth of those loads might turn into
+    // hits.
+    let (_, events) = run(&[(1, Pattern::StreamAndReuse)], 30);
+    assert!(searched(&events[&1]), "{:?}", events[&1]);
+    // On an LLC of 16 pages, 15 outside the pollute buffer, the 32 pages can hit on at
+    // most 15/32 of their loads, and they already hit on more: nothing to win.
+    let llc = CacheGeometry::from_size(16 << SHIFT, 64, 1, 1, 1 << SHIFT).expect("valid");
+    let (fake, events) = run_on(
+        Some(&llc),
+        &[(1, Pattern::StreamAndReuse)],
+        30,
+        knobs(),
+        |_, _| 0.5,
+    );
+    assert!(!searched(&events[&1]), "{:?}", events[&1]);
+    assert_eq!(fake.moved.get(&1), None);
+    let nothing = events[&1].iter().any(|e| {
+        matches!(e, EventKind::Transition { to: State::Steady, reason, .. }
+            if reason.contains("nothing to win"))
+    });
+    assert!(nothing, "{:?}", events[&1]);
 }

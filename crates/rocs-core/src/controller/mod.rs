@@ -37,7 +37,8 @@ use crate::phase::{PhaseDetector, PhaseVerdict};
 use crate::regions::{Region, StackBuild};
 use crate::search::Search;
 use crate::{
-    Colour, CounterDelta, MemSample, MissRateStack, PageProfile, Pid, SamplingPlan, VirtPage,
+    CacheGeometry, Colour, CounterDelta, MemSample, MissRateStack, PageProfile, Pid, SamplingPlan,
+    VirtPage,
 };
 use budget::Spending;
 use ledger::PageLedger;
@@ -143,8 +144,11 @@ pub struct Controller {
     unsampled_ipc: Option<f64>,
     /// A move was made just before this window: not a clean phase reference.
     skip_window: bool,
-    /// Lines the LLC holds ([`Controller::set_llc_lines`]; 0: unknown).
+    /// Lines the LLC holds ([`Controller::set_llc`]; 0: unknown).
     llc_lines: u64,
+    /// Pages of data the LLC holds outside the pollute buffer ([`Controller::set_llc`];
+    /// 0: unknown).
+    llc_room_pages: u64,
     /// LLC misses of this target and the others sharing its LLC since it was attached.
     llc_misses_seen: u64,
     history: VecDeque<Event>,
@@ -177,6 +181,7 @@ impl Controller {
             beneficiaries: BTreeSet::new(),
             unsampled_ipc: None,
             llc_lines: 0,
+            llc_room_pages: 0,
             llc_misses_seen: 0,
             skip_window: false,
             history: VecDeque::new(),
@@ -185,14 +190,19 @@ impl Controller {
         })
     }
 
-    /// The platform says how many lines the LLC holds. Until the target and those sharing
-    /// its LLC have missed that many since it was attached, its misses may be first touches
-    /// of a cache still filling, which no placement turns into hits, and it does not
-    /// profile: on a 32 MiB LLC a program's first windows miss on a cold cache, and a
-    /// profile then (the L2 prefetcher off while it samples) cost real programs that could
-    /// gain nothing 0.4-1.2% of their run.
-    pub fn set_llc_lines(&mut self, lines: u64) {
-        self.llc_lines = lines;
+    /// The platform says what the LLC is. Until the target and those sharing its LLC have
+    /// missed as many times as it has lines since the target was attached, its misses may
+    /// be first touches of a cache still filling, which no placement turns into hits, and
+    /// it does not profile: on a 32 MiB LLC a program's first windows miss on a cold
+    /// cache, and a profile then (the L2 prefetcher off while it samples) cost real
+    /// programs that could gain nothing 0.4-1.2% of their run. The pages it holds outside
+    /// the pollute buffer bound what a profile promises (see `Controller::promise`).
+    pub fn set_llc(&mut self, llc: &CacheGeometry) {
+        self.llc_lines = llc.size() / llc.line_size.max(1);
+        let pages = llc.size() >> self.profile.page_shift();
+        let colours = u64::from(llc.colours().max(1));
+        let ordinary = colours.saturating_sub(self.pollute.len() as u64);
+        self.llc_room_pages = pages * ordinary / colours;
     }
 
     pub fn pid(&self) -> Pid {

@@ -8,7 +8,7 @@ use super::group::GroupJudge;
 use super::messages::{Action, ColourReport, EventKind, MemberWindow, SharerPace, WindowContext};
 use super::{Controller, Stage};
 use crate::knobs::SearchMode;
-use crate::regions::{build_stack, RegionParams, StackBuild};
+use crate::regions::{build_stack, Region, RegionParams, StackBuild};
 use crate::search::{resolvable_gain, Next, Search};
 use crate::{CounterDelta, MissRateStack, Pid, VirtPage};
 
@@ -726,6 +726,12 @@ impl Controller {
     /// by region, not page: a page's few samples scatter its rate (a table of uniform pages
     /// sampled 3 times each has pages at 0.33 and at 1.0), a region's rate is what the
     /// stack ranks by.
+    ///
+    /// A reused region larger than the LLC outside the pollute buffer (when the platform
+    /// said how large it is) cannot hit on every load however the streams are placed:
+    /// loads spread over its pages hit at most in the share of them the cache holds, so
+    /// only the hits that share adds count (each region judged as if it had the cache to
+    /// itself, so the promise stays an upper bound).
     pub(super) fn promise(&self) -> f64 {
         self.promise_of(&self.build)
     }
@@ -735,17 +741,23 @@ impl Controller {
             return 0.0;
         };
         let below = top.miss_rate - self.knobs.region_merge_tolerance;
-        let (mut loads, mut winnable) = (0u64, 0u64);
-        for r in &build.regions {
-            loads += r.hits + r.misses;
-            if r.hits > 0 && r.miss_rate < below {
-                winnable += r.misses;
-            }
-        }
+        let room = self.llc_room_pages;
+        let reused = |r: &&Region| r.hits > 0 && r.miss_rate < below;
+        let can_hit = |r: &Region| {
+            let loads = (r.hits + r.misses) as f64;
+            let held = if room > 0 && r.pages() > room {
+                room as f64 / r.pages() as f64
+            } else {
+                1.0
+            };
+            (loads * held - r.hits as f64).max(0.0)
+        };
+        let loads: u64 = build.regions.iter().map(|r| r.hits + r.misses).sum();
+        let winnable: f64 = build.regions.iter().filter(reused).map(can_hit).sum();
         if loads == 0 {
             0.0
         } else {
-            winnable as f64 / loads as f64
+            winnable / loads as f64
         }
     }
 

@@ -281,7 +281,7 @@ pub fn run_rocs(
     let mut engine = Engine::new();
     for pid in m.pids() {
         let mut ctrl = Controller::new(pid, knobs.clone(), m.page_shift(), colours)?;
-        ctrl.set_llc_lines(llc.size() / llc.line_size);
+        ctrl.set_llc(&llc);
         if engine.is_empty() {
             m.set_pollute_colours(ctrl.pollute_colours())?;
         }
