@@ -143,7 +143,8 @@ pub enum Mode {
     /// once per candidate k, candidates on a grid over that profile's region boundaries
     /// (--oracle-grid); runs baseline and rocs too, whose profile it uses. Progress lines
     /// 'oracle profile i/n' are its runs for rocs's i-th profile of n. Like rocs, it may not
-    /// choose a k that slows any process by more than max_slowdown against k = 0.
+    /// choose a k that slows any process by more than max_slowdown against the run with
+    /// nothing confined.
     Oracle,
     /// Baseline, rocs and oracle.
     All,

@@ -11,7 +11,7 @@
 //!   best. With several profiles (phases) it chooses each profile's `k` in turn, holding the
 //!   earlier ones at their best. It pays for migrations but not for sampling or searching.
 //!   Like the controller, it may not choose a `k` that slows any process by more than
-//!   `max_slowdown` against `k = 0` (unless background): the best placement the policy
+//!   `max_slowdown` against the run with nothing confined (unless background): the best placement the policy
 //!   allows, not the fastest at any tenant's expense.
 //!
 //! Everything is deterministic for a seed.
@@ -223,7 +223,7 @@ pub struct OracleRun {
     /// Every candidate tried: (profile index, k, cycles).
     pub candidates: Vec<(usize, usize, u64)>,
     /// Candidates not chosen whatever their cycles because they slowed a tenant by more
-    /// than `max_slowdown` against k = 0: (profile index, k).
+    /// than `max_slowdown` against the run with nothing confined: (profile index, k).
     pub refused: Vec<(usize, usize)>,
 }
 
