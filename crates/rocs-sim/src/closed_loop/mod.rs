@@ -512,6 +512,19 @@ fn within_slowdown_bound(reference: &RunStats, candidate: &RunStats, knobs: &Kno
             .all(|&s| s >= 1.0 - knobs.max_slowdown)
 }
 
+/// Of `runs` (a candidate and its counts), the fastest within the slowdown bound against
+/// `reference`; the same choice for both offline oracles.
+fn fastest_within_bound<'a, K>(
+    runs: impl IntoIterator<Item = (K, &'a RunStats)>,
+    reference: &RunStats,
+    knobs: &Knobs,
+) -> Option<K> {
+    runs.into_iter()
+        .filter(|(_, s)| within_slowdown_bound(reference, s, knobs))
+        .min_by_key(|(_, s)| s.cycles)
+        .map(|(k, _)| k)
+}
+
 fn tenant_speedups(baseline: &crate::RunStats, rocs: &crate::RunStats) -> Vec<f64> {
     baseline
         .processes

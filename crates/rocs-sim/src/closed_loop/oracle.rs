@@ -7,8 +7,8 @@ use std::time::Instant;
 use rocs_core::{Pid, Placement, Remapper, VirtPage};
 
 use super::{
-    instructions_of, within_slowdown_bound, LoopConfig, LoopError, MachineFactory, OracleRun,
-    ProfilePoint, RocsRun,
+    fastest_within_bound, instructions_of, within_slowdown_bound, LoopConfig, LoopError,
+    MachineFactory, OracleRun, ProfilePoint, RocsRun,
 };
 use crate::RunStats;
 
@@ -111,11 +111,8 @@ fn best_within_bound(
     reference: &RunStats,
     cfg: &LoopConfig,
 ) -> usize {
-    results
-        .iter()
-        .filter(|(_, (_, s))| within_slowdown_bound(reference, s, &cfg.knobs))
-        .min_by_key(|(_, (c, _))| *c)
-        .map_or(0, |(&k, _)| k)
+    let runs = results.iter().map(|(&k, (_, s))| (k, s));
+    fastest_within_bound(runs, reference, &cfg.knobs).unwrap_or(0)
 }
 
 /// The paper's Best Offline over the rocs run's profiles (`cfg.oracle_grid` candidates

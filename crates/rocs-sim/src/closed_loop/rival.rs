@@ -13,7 +13,7 @@ use std::time::Instant;
 use rocs_core::Knobs;
 use serde::Serialize;
 
-use super::{ratio, run_rocs, within_slowdown_bound, LoopError, MachineFactory, RocsRun};
+use super::{fastest_within_bound, ratio, run_rocs, LoopError, MachineFactory, RocsRun};
 use crate::{Machine, RunStats, SimError};
 
 /// The oracle-CAT run and the run of rocs on its masks.
@@ -113,11 +113,7 @@ pub fn run_cat(
     let start = Instant::now();
     let probe = make()?;
     let tried = assignments(probe.pids().len(), probe.llc_ways());
-    let mut candidates = Vec::new();
-    // The first assignment is no CAT: every other is judged against it, and may slow no
-    // process beyond the policy's bound (as rocs's placements may not).
-    let mut no_cat: Option<RunStats> = None;
-    let mut best: Option<(Vec<u64>, RunStats)> = None;
+    let mut runs: Vec<RunStats> = Vec::new();
     for (n, masks) in tried.iter().enumerate() {
         let mut m = with_masks(make, masks)()?;
         m.run_to_end()?;
@@ -128,15 +124,18 @@ pub fn run_cat(
             tried.len(),
             stats.cycles
         ));
-        candidates.push((masks.clone(), stats.cycles));
-        let reference = no_cat.get_or_insert_with(|| stats.clone());
-        if within_slowdown_bound(reference, &stats, knobs)
-            && best.as_ref().is_none_or(|(_, b)| stats.cycles < b.cycles)
-        {
-            best = Some((masks.clone(), stats));
-        }
+        runs.push(stats);
     }
-    let (masks, stats) = best.expect("no CAT is always tried");
+    // The first assignment is no CAT: every other is judged against it, and may slow no
+    // process beyond the policy's bound (as rocs's placements may not).
+    let best = fastest_within_bound(runs.iter().enumerate(), &runs[0], knobs)
+        .expect("no CAT is within the bound against itself");
+    let candidates = tried
+        .iter()
+        .cloned()
+        .zip(runs.iter().map(|s| s.cycles))
+        .collect();
+    let (masks, stats) = (tried[best].clone(), runs.swap_remove(best));
     progress("rocs on the oracle-CAT masks");
     let both: RocsRun = run_rocs(&with_masks(make, &masks), knobs, window_cycles)?;
     Ok(CatRun {
