@@ -74,8 +74,12 @@ pub struct RegionSpec {
     #[serde(default = "default_ipa")]
     pub instructions_per_access: f64,
     /// Misses of this region overlap this many at a time (out-of-order execution and
-    /// prefetching hide latency of independent streams): a memory access costs
-    /// `memory_latency / mlp` cycles.
+    /// prefetching hide latency of independent streams): an access served by memory costs
+    /// `memory_latency / mlp` cycles, and one served by the LLC its latency / mlp. The
+    /// overlap is the core's, whichever level serves the miss: an LLC hit that did not
+    /// overlap would cost more than a memory access that did (90 against 310 / 4 cycles
+    /// on neoverse-like), and confining a reused set that then always missed would speed
+    /// it up.
     #[serde(default = "default_mlp")]
     pub mlp: f64,
 }

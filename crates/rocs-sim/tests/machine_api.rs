@@ -218,3 +218,37 @@ fn ipc_noise_perturbs_window_counts_but_not_the_run() {
     let rel = (reported as f64 - exact as f64).abs() / exact as f64;
     assert!(rel < 0.01, "noise averages out: {rel}");
 }
+
+/// The timing model's closed form: an access costs its instructions at the base CPI, and
+/// one served by the LLC or by memory that level's latency divided by its region's `mlp`
+/// (the core overlaps its misses whichever level serves them). Were only memory accesses
+/// overlapped, an LLC hit (100 cycles) would cost more than a miss (300 / 4).
+#[test]
+fn accesses_served_by_the_llc_and_by_memory_both_overlap_mlp_at_a_time() {
+    let spec = MachineSpec::from_toml(
+        "overlap.toml",
+        "name = \"overlap\"\nclock_ghz = 1.0\nbase_cpi = 1.0\npage_size = \"4KiB\"\n\
+         memory = \"64MiB\"\nmemory_latency = 300\n\
+         [l1d]\nsize = \"4KiB\"\nline = 64\nways = 4\nlatency = 0\n\
+         [llc]\nsize = \"1MiB\"\nline = 64\nways = 16\nlatency = 100\n",
+    )
+    .unwrap();
+    let w = Workload::from_toml(
+        "table.toml",
+        "name = \"table\"\n[[process]]\nname = \"p\"\naccesses = 200_000\n\
+         [[process.region]]\nname = \"table\"\nsize = \"256KiB\"\npattern = \"random\"\n\
+         elem = 64\nshare = 1.0\nmlp = 4.0\n",
+    )
+    .unwrap();
+    let mut m = Machine::new(&spec, &w, 1).unwrap();
+    m.run_to_end().unwrap();
+    let t = m.totals();
+    let hits = t.llc_accesses - t.llc_misses;
+    // The table fits the LLC: its first touches miss, the rest hit.
+    assert_eq!(t.llc_misses, 256 * 1024 / 64);
+    assert!(hits > 150_000, "{hits} LLC hits");
+    assert_eq!(
+        t.cycles,
+        t.instructions + hits * 100 / 4 + t.llc_misses * 300 / 4
+    );
+}

@@ -48,6 +48,9 @@ pub(super) struct Region {
     pub(super) write_threshold: u32,
     pub(super) instr_fp: u64,
     pub(super) base_fp: u64,
+    /// What an access served by the LLC, and one served by memory, costs: both divided by
+    /// the region's `mlp` (see `RegionSpec::mlp`).
+    pub(super) llc_fp: u64,
     pub(super) mem_fp: u64,
     pub(super) accesses: u64,
     pub(super) llc_accesses: u64,
@@ -185,6 +188,7 @@ impl GenProc {
                 write_threshold: (r.write_fraction * u32::MAX as f64) as u32,
                 instr_fp: fp(r.instructions_per_access),
                 base_fp: fp(r.instructions_per_access * machine.base_cpi),
+                llc_fp: fp(machine.llc.latency as f64 / r.mlp),
                 mem_fp: fp(machine.memory_latency as f64 / r.mlp),
                 accesses: 0,
                 llc_accesses: 0,
@@ -302,7 +306,7 @@ impl GenProc {
                     Served::L2 => t.l2,
                     Served::Llc => {
                         reg.llc_accesses += 1;
-                        t.llc
+                        reg.llc_fp
                     }
                     Served::Mem => {
                         reg.llc_accesses += 1;

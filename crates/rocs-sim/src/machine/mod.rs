@@ -4,8 +4,8 @@
 //! `Remapper`, so the same controller drives it that drives a real machine.
 //!
 //! Timing: a process's cycles are `instructions * base_cpi` plus, per access, the latency
-//! of the level that served it (memory accesses cost `memory_latency / mlp` of their region),
-//! plus the overheads charged to it (samples, page migrations). Clocks are kept in 1/256
+//! of the level that served it (accesses served by the LLC or memory cost their latency /
+//! `mlp` of their region; a trace's overlap nothing), plus the overheads charged to it (samples, page migrations). Clocks are kept in 1/256
 //! cycle so that fractional CPIs add up exactly.
 
 mod cat;
