@@ -48,8 +48,8 @@ pub(super) struct Region {
     pub(super) write_threshold: u32,
     pub(super) instr_fp: u64,
     pub(super) base_fp: u64,
-    /// What an access served by the LLC, and one served by memory, costs: both divided by
-    /// the region's `mlp` (see `RegionSpec::mlp`).
+    /// What an access served by the LLC costs (`mem_fp`: one served by memory), both
+    /// divided by the region's `mlp` (see `RegionSpec::mlp`).
     pub(super) llc_fp: u64,
     pub(super) mem_fp: u64,
     pub(super) accesses: u64,

@@ -5,8 +5,9 @@
 //!
 //! Timing: a process's cycles are `instructions * base_cpi` plus, per access, the latency
 //! of the level that served it (accesses served by the LLC or memory cost their latency /
-//! `mlp` of their region; a trace's overlap nothing), plus the overheads charged to it (samples, page migrations). Clocks are kept in 1/256
-//! cycle so that fractional CPIs add up exactly.
+//! `mlp` of their region; a trace's overlap nothing), plus the overheads charged to it
+//! (samples, page migrations). Clocks are kept in 1/256 cycle so that fractional CPIs add
+//! up exactly.
 
 mod cat;
 mod generator;
