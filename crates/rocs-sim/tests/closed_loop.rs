@@ -13,9 +13,6 @@ use rocs_sim::closed_loop::{
 };
 use rocs_sim::{Machine, MachineSpec, RunStats, Workload};
 
-/// Workload length: the evaluation's.
-const SCALE: f64 = 1.0;
-
 fn config() -> LoopConfig {
     LoopConfig {
         // A coarser oracle grid than the evaluation's, to keep the test short; region
@@ -27,7 +24,7 @@ fn config() -> LoopConfig {
 
 fn eval(workload: &str) -> EvalRow {
     let machine = MachineSpec::resolve("ppc970fx").unwrap();
-    let w = Workload::resolve(workload).unwrap().scaled(SCALE);
+    let w = Workload::resolve(workload).unwrap();
     let make = || Machine::new(&machine, &w, 1);
     evaluate("ppc970fx", workload, &make, &config(), &mut |_| {}).unwrap()
 }
@@ -272,7 +269,7 @@ fn a_tenant_that_runs_to_its_end_exits_then() {
     // running kept its controller in the engine, and one holding the LLC's turn kept it,
     // counting search windows, while the others waited for it to the end of the run.
     let machine = MachineSpec::resolve("ppc970fx").unwrap();
-    let mut w = Workload::resolve("noisy-neighbour").unwrap().scaled(SCALE);
+    let mut w = Workload::resolve("noisy-neighbour").unwrap();
     let victim_accesses = w.processes[0].accesses.unwrap();
     w.processes[1].accesses = Some(victim_accesses / 10);
     let make = || Machine::new(&machine, &w, 1);
