@@ -3,10 +3,12 @@
 //! pollute colours at a given window: what confining those regions does, without a
 //! controller's profile or search in the way.
 //!
-//!     cargo run --release -p rocs-sim --example confine_windows -- WORKLOAD MACHINE SCALE REGIONS FROM_WINDOW
+//!     cargo run --release -p rocs-sim --example confine_windows -- WORKLOAD MACHINE SCALE REGIONS FROM_WINDOW[..UNTIL]
 //!
 //! e.g. `cg-like neoverse-like auto:0.2 x_vector 5`. SCALE as `rocsctl sim run --scale`;
-//! REGIONS comma-separated region names of the first process.
+//! REGIONS comma-separated region names of the first process; FROM_WINDOW `N` (confined
+//! from window N on) or `N..M` (confined at window N, moved back at window M, as a search's
+//! probe that ends at k = 0).
 
 use rocs_core::{Colour, Counters, Placement, Remapper};
 use rocs_sim::{Machine, MachineSpec, Scale, Workload};
@@ -14,7 +16,7 @@ use rocs_sim::{Machine, MachineSpec, Scale, Workload};
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let [workload, machine, scale, regions, from] = args.as_slice() else {
-        eprintln!("usage: confine_windows WORKLOAD MACHINE SCALE REGIONS FROM_WINDOW");
+        eprintln!("usage: confine_windows WORKLOAD MACHINE SCALE REGIONS FROM_WINDOW[..UNTIL]");
         std::process::exit(2);
     };
     let spec = MachineSpec::resolve(machine).expect("machine");
@@ -22,7 +24,10 @@ fn main() {
     let w = scale
         .apply(&Workload::resolve(workload).expect("workload"), &spec)
         .expect("sizing");
-    let from: u64 = from.parse().expect("FROM_WINDOW");
+    let (from, until) = match from.split_once("..") {
+        Some((a, b)) => (a.parse().expect("FROM"), b.parse().expect("UNTIL")),
+        None => (from.parse().expect("FROM_WINDOW"), u64::MAX),
+    };
     let mut baseline = Machine::new(&spec, &w, 1).expect("machine");
     baseline.run_to_end().expect("run");
     let window = baseline.totals().cycles / 200;
@@ -33,17 +38,27 @@ fn main() {
     let pid = runs[0].pids()[0];
     runs[1].set_pollute_colours(&[Colour(0)]).expect("colour 0");
     println!(
-        "window  nothing confined: IPC, MPKI  {regions} confined from window {from}: IPC, MPKI"
+        "window  nothing confined: IPC, MPKI  {regions} confined from window {from}{}: IPC, MPKI",
+        if until == u64::MAX {
+            String::new()
+        } else {
+            format!(" until {until}")
+        }
     );
     for i in 0.. {
-        if i == from {
+        let to = if i == from {
+            Some(Placement::Pollute)
+        } else if i == until {
+            Some(Placement::Restore)
+        } else {
+            None
+        };
+        if let Some(to) = to {
             let mut pages = Vec::new();
             for r in regions.split(',') {
                 pages.extend(runs[1].region_pages(pid, r).expect("region"));
             }
-            runs[1]
-                .migrate(pid, &pages, Placement::Pollute)
-                .expect("migrate");
+            runs[1].migrate(pid, &pages, to).expect("migrate");
         }
         let mut more = false;
         let mut line = format!("{i:6}");
