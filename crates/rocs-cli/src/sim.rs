@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use anyhow::Context;
 use clap::{Args, Subcommand, ValueEnum};
-use rocs_core::SearchMode;
+use rocs_core::{PolluteColours, SearchMode};
 use rocs_sim::closed_loop::{self, Comparison, LoopConfig, Modes, OracleRun, RocsRun};
 use rocs_sim::machine::Counts;
 use rocs_sim::{
@@ -68,6 +68,11 @@ pub struct LoopArgs {
     /// pages it confined) as an SVG picture in this file.
     #[arg(long, value_name = "FILE")]
     pub timeline_svg: Option<std::path::PathBuf>,
+    /// Colours of the pollute buffer (the highest N of the LLC's). Default: the policy
+    /// knob's, one colour (1/16 of ppc970fx's LLC); the modern suite gives it 1/16 of the
+    /// LLC's colours (32 on zen4-like), so give that to run a modern.md row again.
+    #[arg(long, value_name = "N")]
+    pub pollute_colours: Option<u32>,
 }
 
 impl LoopArgs {
@@ -94,6 +99,9 @@ impl LoopArgs {
             SearchArg::Linear => SearchMode::Linear,
             SearchArg::Adaptive => SearchMode::Adaptive,
         };
+        if let Some(n) = self.pollute_colours {
+            cfg.knobs.pollute_colours = PolluteColours::Count(n);
+        }
         Ok(cfg)
     }
 }

@@ -626,3 +626,43 @@ fn the_real_suite_runs_programs_alone_and_in_pairs() {
     );
     assert!(!ok && err.contains("manifest.toml:5"), "{err}");
 }
+
+#[test]
+fn the_pollute_buffer_takes_the_colours_asked_for_and_refuses_all_of_them() {
+    let rocs_cycles = |colours: &str| {
+        let args = [
+            "sim",
+            "run",
+            "--workload",
+            "art-like",
+            "--scale",
+            "0.05",
+            "--mode",
+            "rocs",
+            "--pollute-colours",
+            colours,
+            "--json",
+        ];
+        run_json(&args)["modes"]["rocs"]["cycles"].as_u64().unwrap()
+    };
+    // ppc970fx's LLC has 16 colours; a buffer of 2 is not the default's 1.
+    assert_ne!(rocs_cycles("1"), rocs_cycles("2"));
+    let (ok, _, err) = run(
+        &[
+            "sim",
+            "run",
+            "--workload",
+            "art-like",
+            "--scale",
+            "0.05",
+            "--mode",
+            "rocs",
+            "--pollute-colours",
+            "16",
+        ],
+        None,
+    );
+    assert!(!ok);
+    let why = "pollute_colours covers all 16 colours";
+    assert_eq!(err.matches(why).count(), 1, "{err}");
+}

@@ -79,6 +79,7 @@ impl EvalArgs {
             oracle_grid: self.oracle_grid,
             timeline: false,
             timeline_svg: None,
+            pollute_colours: None,
         }
         .config(Mode::All)
     }

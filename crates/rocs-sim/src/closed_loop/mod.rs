@@ -46,7 +46,7 @@ use crate::{Machine, RunStats, SimError};
 pub enum LoopError {
     #[error(transparent)]
     Sim(#[from] SimError),
-    #[error("controller knobs: {0}")]
+    #[error("controller knobs")]
     Knobs(#[from] KnobError),
     #[error("the simulated machine: {0}")]
     Platform(DriverError),
