@@ -629,8 +629,8 @@ fn the_real_suite_runs_programs_alone_and_in_pairs() {
 
 #[test]
 fn the_pollute_buffer_takes_the_colours_asked_for_and_refuses_all_of_them() {
-    let rocs_cycles = |colours: &str| {
-        let args = [
+    let run_with = |colours: &str, json: bool| {
+        let mut args = vec![
             "sim",
             "run",
             "--workload",
@@ -641,27 +641,19 @@ fn the_pollute_buffer_takes_the_colours_asked_for_and_refuses_all_of_them() {
             "rocs",
             "--pollute-colours",
             colours,
-            "--json",
         ];
-        run_json(&args)["modes"]["rocs"]["cycles"].as_u64().unwrap()
+        args.extend(json.then_some("--json"));
+        run(&args, None)
+    };
+    let rocs_cycles = |colours: &str| {
+        let (ok, out, err) = run_with(colours, true);
+        assert!(ok, "{err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        v["modes"]["rocs"]["cycles"].as_u64().unwrap()
     };
     // ppc970fx's LLC has 16 colours; a buffer of 2 is not the default's 1.
     assert_ne!(rocs_cycles("1"), rocs_cycles("2"));
-    let (ok, _, err) = run(
-        &[
-            "sim",
-            "run",
-            "--workload",
-            "art-like",
-            "--scale",
-            "0.05",
-            "--mode",
-            "rocs",
-            "--pollute-colours",
-            "16",
-        ],
-        None,
-    );
+    let (ok, _, err) = run_with("16", false);
     assert!(!ok);
     let why = "pollute_colours covers all 16 colours";
     assert_eq!(err.matches(why).count(), 1, "{err}");
