@@ -658,3 +658,54 @@ fn the_pollute_buffer_takes_the_colours_asked_for_and_refuses_all_of_them() {
     let why = "pollute_colours covers all 16 colours";
     assert_eq!(err.matches(why).count(), 1, "{err}");
 }
+
+#[test]
+fn the_committed_evaluation_pages_are_what_their_json_renders_to() {
+    // docs/evaluation's paper and modern pages, rendered again from their JSON by the
+    // code as it is: the same page, the same JSON (a renderer change means running
+    // `sim eval --from` again, never editing the page by hand).
+    let docs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/evaluation");
+    let out = tempfile::tempdir().unwrap();
+    for (suite, json, page) in [
+        ("paper", "evaluation.json", "README.md"),
+        ("modern", "modern.json", "modern.md"),
+    ] {
+        let from = docs.join(json);
+        let (ok, _, err) = run(
+            &[
+                "sim",
+                "eval",
+                "--suite",
+                suite,
+                "--from",
+                from.to_str().unwrap(),
+                "--out",
+                out.path().to_str().unwrap(),
+            ],
+            None,
+        );
+        assert!(ok, "{err}");
+        for name in [json, page] {
+            let committed = std::fs::read_to_string(docs.join(name)).unwrap();
+            let rendered = std::fs::read_to_string(out.path().join(name)).unwrap();
+            assert!(
+                committed == rendered,
+                "docs/evaluation/{name} differs from what `sim eval --suite {suite} --from \
+                 {json}` renders"
+            );
+        }
+    }
+    // A page of the other suite is refused, naming the right one.
+    let (ok, _, err) = run(
+        &[
+            "sim",
+            "eval",
+            "--suite",
+            "paper",
+            "--from",
+            docs.join("modern.json").to_str().unwrap(),
+        ],
+        None,
+    );
+    assert!(!ok && err.contains("use --suite modern"), "{err}");
+}

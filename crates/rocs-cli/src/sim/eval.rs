@@ -63,6 +63,11 @@ pub struct EvalArgs {
     /// JSON here.
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// paper and modern: run nothing; render the page again from an evaluation's JSON
+    /// (evaluation.json, modern.json), its targets checked as the code states them now.
+    /// The page keeps the command that produced the figures.
+    #[arg(long, value_name = "JSON")]
+    pub from: Option<PathBuf>,
     #[arg(long)]
     pub json: bool,
 }
@@ -135,6 +140,13 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
             args.suite
         );
     }
+    if args.from.is_some() && !matches!(args.suite.as_str(), "paper" | "modern") {
+        anyhow::bail!(
+            "--from renders the paper or modern suite's page from its JSON; the {} suite's \
+             page is rendered only by running it",
+            args.suite
+        );
+    }
     match args.suite.as_str() {
         "paper" => builtins(args, builtin_workloads(), false),
         "modern" => builtins(
@@ -197,8 +209,42 @@ pub fn write_all(dir: &Path, files: &[(String, String)]) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The paper and modern suites: built-in workloads on each machine.
+/// The paper and modern suites: built-in workloads on each machine (or, with `--from`,
+/// the rows of an earlier run).
 fn builtins(args: EvalArgs, workloads: Vec<&str>, modern: bool) -> anyhow::Result<ExitCode> {
+    let evaluation = match &args.from {
+        Some(path) => stored(path, modern)?,
+        None => run_builtins(&args, workloads, modern)?,
+    };
+    write_builtins(&args, &evaluation, modern)
+}
+
+/// An evaluation read back from its JSON, its targets checked again.
+fn stored(path: &Path, modern: bool) -> anyhow::Result<Evaluation> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let evaluation: Evaluation = serde_json::from_str(&text).with_context(|| {
+        format!(
+            "{}: not an evaluation's JSON (evaluation.json or modern.json as `sim eval --out` \
+             writes them)",
+            path.display()
+        )
+    })?;
+    // The modern suite's rows carry CAT; the paper suite's carry linear search.
+    let is_modern = evaluation.rows.iter().all(|r| r.cat.is_some());
+    if evaluation.rows.is_empty() || is_modern != modern {
+        anyhow::bail!(
+            "{}: not the {} suite's evaluation (use --suite {})",
+            path.display(),
+            if modern { "modern" } else { "paper" },
+            if is_modern { "modern" } else { "paper" }
+        );
+    }
+    Ok(evaluation.rechecked())
+}
+
+/// Run the paper or modern suite.
+fn run_builtins(args: &EvalArgs, workloads: Vec<&str>, modern: bool) -> anyhow::Result<Evaluation> {
     let cfg = args.config()?;
     let machines = args.machines(if modern {
         &["zen4-like", "spr-like", "neoverse-like"]
@@ -245,7 +291,21 @@ fn builtins(args: EvalArgs, workloads: Vec<&str>, modern: bool) -> anyhow::Resul
     let length = match args.scale {
         Scale::Length(v) | Scale::Auto { length: v } => v,
     };
-    let evaluation = Evaluation::new(args.command(""), args.seed, length, args.windows, rows?);
+    Ok(Evaluation::new(
+        args.command(""),
+        args.seed,
+        length,
+        args.windows,
+        rows?,
+    ))
+}
+
+/// Write the page, its JSON and its charts to `--out`, and print the page (or its JSON).
+fn write_builtins(
+    args: &EvalArgs,
+    evaluation: &Evaluation,
+    modern: bool,
+) -> anyhow::Result<ExitCode> {
     let markdown = if modern {
         evaluation.modern_markdown()
     } else {
@@ -261,7 +321,7 @@ fn builtins(args: EvalArgs, workloads: Vec<&str>, modern: bool) -> anyhow::Resul
             (page.to_string(), markdown.clone()),
             (
                 json.to_string(),
-                serde_json::to_string_pretty(&evaluation)? + "\n",
+                serde_json::to_string_pretty(evaluation)? + "\n",
             ),
         ];
         for m in evaluation.machines() {
@@ -275,7 +335,7 @@ fn builtins(args: EvalArgs, workloads: Vec<&str>, modern: bool) -> anyhow::Resul
         write_all(dir, &files)?;
     }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&evaluation)?);
+        println!("{}", serde_json::to_string_pretty(evaluation)?);
     } else {
         print!("{markdown}");
     }

@@ -1,7 +1,7 @@
 //! The evaluation: baseline, rocs in both search modes and the oracle, per workload and
 //! machine, and the targets the project holds itself to.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use rocs_core::Knobs;
 
@@ -11,7 +11,7 @@ use super::{
 };
 
 /// One search mode's rocs run in an evaluation row.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct EvalMode {
     pub search: String,
     pub cycles: u64,
@@ -39,7 +39,7 @@ pub struct EvalMode {
 }
 
 /// One workload on one machine: baseline, rocs in both search modes, oracle.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct EvalRow {
     pub machine: String,
     pub workload: String,
@@ -202,8 +202,9 @@ pub fn evaluate_modern(
     Ok(row)
 }
 
-/// A whole evaluation: rows for every machine and workload, and how to show them.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+/// A whole evaluation: rows for every machine and workload, and how to show them. Read
+/// back from its JSON, its targets are checked again ([`Evaluation::rechecked`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Evaluation {
     pub command: String,
     pub seed: u64,
@@ -211,6 +212,7 @@ pub struct Evaluation {
     pub windows_per_run: u64,
     pub rows: Vec<EvalRow>,
     /// Each target of the issue, checked.
+    #[serde(skip_deserializing)]
     pub targets: Vec<TargetCheck>,
 }
 
@@ -266,6 +268,18 @@ impl Evaluation {
         e
     }
 
+    /// The same rows with their targets checked again: a page rendered anew from its JSON
+    /// (the figures as they were, the targets as the code states them now).
+    pub fn rechecked(self) -> Self {
+        Evaluation::new(
+            self.command,
+            self.seed,
+            self.scale,
+            self.windows_per_run,
+            self.rows,
+        )
+    }
+
     fn check_targets(&self) -> Vec<TargetCheck> {
         let mut out = Vec::new();
         let with_linear = self.rows.iter().all(|r| r.linear.is_some());
@@ -283,8 +297,8 @@ impl Evaluation {
     }
 
     /// One search mode: close to the oracle where it gains, no loss where nothing can be
-    /// gained.
-    fn check_mode(&self, name: &str, pick: fn(&EvalRow) -> &EvalMode) -> [TargetCheck; 2] {
+    /// gained (the paper's programs with nothing to gain, where the suite runs them).
+    fn check_mode(&self, name: &str, pick: fn(&EvalRow) -> &EvalMode) -> Vec<TargetCheck> {
         let mut out = Vec::new();
         let gainful: Vec<&EvalRow> = self
             .rows
@@ -309,7 +323,11 @@ impl Evaluation {
                 gainful.len()
             ),
             reached: short.is_empty(),
-            detail: if short.is_empty() {
+            detail: if gainful.is_empty() {
+                "holds only because there is nothing to check: the oracle gains less than 5% \
+                 on every workload here"
+                    .to_string()
+            } else if short.is_empty() {
                 format!(
                     "lowest {:.3}",
                     gainful
@@ -326,6 +344,10 @@ impl Evaluation {
             .iter()
             .filter(|r| NOTHING_TO_GAIN.contains(&r.workload.as_str()))
             .collect();
+        if flat.is_empty() {
+            // The suite does not run them: the wider check (`check_never_worse`) stands.
+            return out;
+        }
         let lost: Vec<String> = flat
             .iter()
             .filter(|r| pick(r).speedup < 0.99)
@@ -333,9 +355,10 @@ impl Evaluation {
             .collect();
         out.push(TargetCheck {
             target: format!(
-                "{name}: speedup ≥ 0.99 where there is nothing to gain (mcf-like, twolf-like)"
+                "{name}: speedup ≥ 0.99 where there is nothing to gain ({})",
+                NOTHING_TO_GAIN.join(", ")
             ),
-            reached: lost.is_empty() && !flat.is_empty(),
+            reached: lost.is_empty(),
             detail: if lost.is_empty() {
                 flat.iter()
                     .map(|r| format!("{} on {}: {:.3}", r.workload, r.machine, pick(r).speedup))
@@ -345,7 +368,7 @@ impl Evaluation {
                 format!("below: {}", lost.join("; "))
             },
         });
-        out.try_into().expect("two checks")
+        out
     }
 
     fn check_never_worse(&self) -> TargetCheck {

@@ -11,13 +11,13 @@
 use std::time::Instant;
 
 use rocs_core::Knobs;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::{fastest_within_bound, ratio, run_rocs, LoopError, MachineFactory, RocsRun};
 use crate::{Machine, RunStats, SimError};
 
 /// The oracle-CAT run and the run of rocs on its masks.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CatRun {
     /// The best masks, one per process in pid order.
     pub masks: Vec<u64>,
