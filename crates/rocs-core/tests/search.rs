@@ -131,6 +131,43 @@ fn a_search_that_has_cost_more_than_its_promise_could_win_back_stops() {
 }
 
 #[test]
+fn a_probe_whose_own_moves_would_cost_more_than_the_promise_could_win_back_is_not_made() {
+    // Moves at 3 M cycles a page: the first probe (the stack's first region, 500 pages)
+    // still fits what the promise could win back; the next one's moves would not, and the
+    // search stops before making them rather than after (a whole stack moved there and
+    // back costs windows a short run never wins back).
+    for seed in [2, 3] {
+        let knobs = rocs_core::Knobs {
+            migration_cost_cycles: 3_000_000,
+            ..knobs(SearchMode::Adaptive)
+        };
+        let mut d = Harness::new(knobs, World::new(flat(0.0), 0.01, seed));
+        d.run_until_steady(300);
+        let probes: Vec<usize> = d
+            .ctrl
+            .history()
+            .filter_map(|e| match e.kind {
+                EventKind::SearchStep { k, .. } if k > 0 => Some(k),
+                _ => None,
+            })
+            .collect();
+        assert!(ended_early(&d), "seed {seed}: probes {probes:?}");
+        assert!(
+            probes.iter().all(|&k| k == 500),
+            "seed {seed}: probes {probes:?}"
+        );
+        let said = d.ctrl.history().any(|e| {
+            matches!(&e.kind, EventKind::Transition { reason, .. }
+                if reason.contains("next probe's moves would have added"))
+        });
+        assert!(
+            said,
+            "seed {seed}: the reason does not name the probe's moves"
+        );
+    }
+}
+
+#[test]
 fn a_search_that_has_found_a_gain_is_not_stopped_by_its_cost() {
     // The same costly moves, but the stream's pages gain 25% when confined: the first
     // probe costs more than the promise could win back over the run so far, and shows a

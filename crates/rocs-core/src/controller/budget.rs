@@ -82,12 +82,12 @@ impl Spending {
         self.fruitless_cycles <= self.share(budget) * self.cycles_seen as f64
     }
 
-    /// What the attempt in progress has cost so far, if that is more than `gain` (a
-    /// relative gain) could win back over as many cycles again as the target has run.
-    /// The target's future is unknown; the past is the estimate that neither favours a
-    /// long-lived target nor one about to end.
-    pub fn over_what_it_could_win(&self, gain: f64) -> Option<f64> {
-        let cost = self.attempt?;
+    /// What the attempt in progress will have cost once it spends `next` more cycles, if
+    /// that is more than `gain` (a relative gain) could win back over as many cycles again
+    /// as the target has run. The target's future is unknown; the past is the estimate
+    /// that neither favours a long-lived target nor one about to end.
+    pub fn over_what_it_could_win(&self, gain: f64, next: f64) -> Option<f64> {
+        let cost = self.attempt? + next;
         (cost > gain * self.cycles_seen as f64).then_some(cost)
     }
 

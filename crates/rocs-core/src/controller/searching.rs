@@ -79,9 +79,10 @@ pub(super) struct SearchRun {
     /// The search ended before its first move because the windows scatter too much to
     /// tell any gain the profile promises: the smallest relative gain they could tell.
     too_noisy: Option<f64>,
-    /// The search was told to conclude because it had cost more than its promise could
-    /// win back: what it had cost, in cycles.
-    overspent: Option<f64>,
+    /// The search was told to conclude because it had cost, or with its next probe's
+    /// moves would have cost, more than its promise could win back: what it had cost and
+    /// what that probe's moves would have added, in cycles.
+    overspent: Option<(f64, f64)>,
     /// Each sharer's pace at each `k` measured (the last measurement), for a search judged
     /// by the LLC group.
     paces: BTreeMap<usize, Vec<SharerPace>>,
@@ -515,8 +516,9 @@ impl Controller {
     /// probe: if the windows scatter too much to tell the promised gain, no probe is made;
     /// otherwise the first probe is made whatever the profile cost (that cost is spent
     /// either way, and only a probe can tell whether the promise holds). Before each later
-    /// probe, in a search that has found nothing: once the attempt has cost more than the
-    /// promise could win back, exploring further costs more than it can repay, so the
+    /// probe, in a search that has found nothing: once the attempt has cost, or with the
+    /// probe's own moves would cost, more than the promise could win back, exploring
+    /// further costs more than it can repay, so the
     /// search concludes (at k = 0, unless the Confirm stage sees a gain after all). A probe
     /// whose placement is under way is finished: one stopped halfway through its batches
     /// would have cost them for nothing. A search that has found a gain goes on: its moves
@@ -546,10 +548,14 @@ impl Controller {
         if searched_on || search.has_gain() {
             return next;
         }
-        let Some(cost) = self.over_what_it_could_win() else {
+        // The probe's own moves count before they are made: a probe of the whole stack
+        // can cost more than everything before it.
+        let to_move = k.abs_diff(self.confined().len());
+        let moves = to_move as f64 * self.knobs.migration_cost_cycles as f64;
+        let Some(cost) = self.over_what_it_could_win(moves) else {
             return next;
         };
-        self.run_mut().expect("searching").overspent = Some(cost);
+        self.run_mut().expect("searching").overspent = Some((cost - moves, moves));
         let search = self.search.as_mut().expect("searching");
         if search.conclude() {
             search.next_step()
@@ -611,7 +617,7 @@ impl Controller {
                     resolvable * 100.0,
                     self.promise.unwrap_or(0.0) * 100.0
                 );
-            } else if let Some(cost) = run.overspent {
+            } else if let Some((cost, next_moves)) = run.overspent {
                 // Told to conclude, the search still keeps a point its last measurements
                 // confirm beats k = 0.
                 let outcome = if k == 0 {
@@ -619,10 +625,18 @@ impl Controller {
                 } else {
                     "was cut short, and its confirmation kept the best point measured"
                 };
+                let next = if next_moves > 0.0 {
+                    format!(
+                        ", and its next probe's moves would have added {:.2} M: together",
+                        next_moves / 1e6
+                    )
+                } else {
+                    String::new()
+                };
                 reason += &format!(
                     "; the search {outcome}: it had cost {:.2} M cycles (its profile \
-                     included), more than the {:.1}% the profile promises could win back \
-                     over as many cycles again as the target has run",
+                     included){next}, more than the {:.1}% the profile promises could win \
+                     back over as many cycles again as the target has run",
                     cost / 1e6,
                     self.promise.unwrap_or(0.0) * 100.0
                 );
@@ -702,8 +716,9 @@ impl Controller {
     /// gain we expect; see [`Controller::scatter_verdict`]) could win back. A search
     /// whose probes gain pays for itself as it goes: a probe faster than k = 0 counts
     /// against the cost.
-    fn over_what_it_could_win(&self) -> Option<f64> {
-        self.spending.over_what_it_could_win(self.own_promise()?)
+    fn over_what_it_could_win(&self, next: f64) -> Option<f64> {
+        self.spending
+            .over_what_it_could_win(self.own_promise()?, next)
     }
 
     /// The profile's promise when the search is for this target's own gain (at least
