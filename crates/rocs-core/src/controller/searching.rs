@@ -518,11 +518,11 @@ impl Controller {
     /// either way, and only a probe can tell whether the promise holds). Before each later
     /// probe, in a search that has found nothing: once the attempt has cost, or with the
     /// probe's own moves would cost, more than the promise could win back, exploring
-    /// further costs more than it can repay, so the
-    /// search concludes (at k = 0, unless the Confirm stage sees a gain after all). A probe
-    /// whose placement is under way is finished: one stopped halfway through its batches
-    /// would have cost them for nothing. A search that has found a gain goes on: its moves
-    /// so far are the price of a placement it keeps.
+    /// further costs more than it can repay, so the search concludes (at k = 0, unless the
+    /// Confirm stage sees a gain after all). A probe whose placement is under way is
+    /// finished: one stopped halfway through its batches would have cost them for nothing.
+    /// A search that has found a gain goes on: its moves so far are the price of a
+    /// placement it keeps.
     fn affordable(&mut self, next: Next, first_probe: bool) -> Next {
         let Next::Measure(k) = next else {
             return next;
@@ -550,8 +550,7 @@ impl Controller {
         }
         // The probe's own moves count before they are made: a probe of the whole stack
         // can cost more than everything before it.
-        let to_move = k.abs_diff(self.confined().len());
-        let moves = to_move as f64 * self.knobs.migration_cost_cycles as f64;
+        let moves = self.pages_to_move(k) as f64 * self.knobs.migration_cost_cycles as f64;
         let Some(cost) = self.over_what_it_could_win(moves) else {
             return next;
         };
@@ -820,6 +819,20 @@ impl Controller {
                 r.baseline_ipc + RECALL_GAIN_SHARE * (r.ipc - r.baseline_ipc),
             ))
         })
+    }
+
+    /// Pages a placement at `k` moves from the current one: the stack's top `k` not yet
+    /// confined, and the stack's confined pages below them (confined pages this profile
+    /// did not see stay where they are; see [`Controller::move_towards`]).
+    fn pages_to_move(&self, k: usize) -> usize {
+        let top: HashSet<VirtPage> = self.build.stack.top(k).collect();
+        let confined = self.confined();
+        let to_confine = top.iter().filter(|p| !confined.contains(p)).count();
+        let to_restore = confined
+            .iter()
+            .filter(|p| self.build.contains(**p) && !top.contains(p))
+            .count();
+        to_confine + to_restore
     }
 
     /// Issue the next batch (within the window's page budget) of the moves that make the
