@@ -99,6 +99,17 @@ fn with_costly_moves(classes: Vec<Class>, seed: u64) -> Harness {
     d
 }
 
+/// The `k` of each search window that measured a probe (k > 0), in order.
+fn probes(d: &Harness) -> Vec<usize> {
+    d.ctrl
+        .history()
+        .filter_map(|e| match e.kind {
+            EventKind::SearchStep { k, .. } if k > 0 => Some(k),
+            _ => None,
+        })
+        .collect()
+}
+
 /// The search ended early because of what it had cost.
 fn ended_early(d: &Harness) -> bool {
     d.ctrl.history().any(|e| {
@@ -114,14 +125,7 @@ fn a_search_that_has_cost_more_than_its_promise_could_win_back_stops() {
     // the coarse pass goes on to larger k.
     for seed in 1..6 {
         let d = with_costly_moves(flat(0.0), seed);
-        let probes: std::collections::BTreeSet<usize> = d
-            .ctrl
-            .history()
-            .filter_map(|e| match e.kind {
-                EventKind::SearchStep { k, .. } if k > 0 => Some(k),
-                _ => None,
-            })
-            .collect();
+        let probes: std::collections::BTreeSet<usize> = probes(&d).into_iter().collect();
         assert!(
             ended_early(&d),
             "seed {seed}: not stopped, probes {probes:?}"
@@ -143,14 +147,7 @@ fn a_probe_whose_own_moves_would_cost_more_than_the_promise_could_win_back_is_no
         };
         let mut d = Harness::new(knobs, World::new(flat(0.0), 0.01, seed));
         d.run_until_steady(300);
-        let probes: Vec<usize> = d
-            .ctrl
-            .history()
-            .filter_map(|e| match e.kind {
-                EventKind::SearchStep { k, .. } if k > 0 => Some(k),
-                _ => None,
-            })
-            .collect();
+        let probes = probes(&d);
         assert!(ended_early(&d), "seed {seed}: probes {probes:?}");
         assert!(
             probes.iter().all(|&k| k == 500),
