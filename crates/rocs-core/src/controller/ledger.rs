@@ -248,6 +248,30 @@ impl PageLedger {
         }
     }
 
+    /// How many pages [`PageLedger::moves_towards`] would move, over all its batches, to
+    /// place a probe (not settled) at `k > 0`: the same selection, changing nothing.
+    /// Squatters the top `k` takes in are adopted where they are, and adopted pages it
+    /// lets go stay where they are: neither moves.
+    pub fn moves_needed(
+        &self,
+        stack: &MissRateStack,
+        k: usize,
+        seen: &dyn Fn(&VirtPage) -> bool,
+    ) -> usize {
+        let target: HashSet<VirtPage> = stack.top(k).filter(|p| !self.failed.contains(p)).collect();
+        let restore = self
+            .confined
+            .iter()
+            .filter(|p| seen(p) && !target.contains(p) && !self.adopted.contains(p))
+            .filter(|p| !self.failed.contains(p) && !self.explicit.contains(p))
+            .count();
+        let pollute = target
+            .iter()
+            .filter(|p| !self.confined.contains(p) && !self.squatters.contains(p))
+            .count();
+        restore + pollute
+    }
+
     /// A migration report: pages moved, and those that could not (not tried again until
     /// [`PageLedger::forget_failures`]). Returns the pages moved and the failures.
     pub fn on_migrated(&mut self, report: &MigrationReport) -> (u64, Option<Failures>) {
@@ -340,5 +364,66 @@ impl PageLedger {
             pages,
             to: Placement::Restore,
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::StackEntry;
+
+    /// Pages 0..n, page 0 missing most.
+    fn stack(n: u64) -> MissRateStack {
+        MissRateStack::from_entries(
+            (0..n)
+                .map(|i| StackEntry {
+                    page: VirtPage(i),
+                    hits: i,
+                    misses: n - i,
+                    miss_rate: (n - i) as f64 / n as f64,
+                })
+                .collect(),
+        )
+    }
+
+    /// Carry out every batch towards `k`, each page's move succeeding except `fail`'s.
+    fn place(l: &mut PageLedger, s: &MissRateStack, k: usize, fail: &[u64]) -> usize {
+        let mut moved = 0;
+        loop {
+            l.new_window(7);
+            let moves = l.moves_towards(s, k, &|_| true, false);
+            moved += moves.issued;
+            for action in moves.actions {
+                let Action::Migrate { pages, to } = action else {
+                    continue;
+                };
+                let results = pages
+                    .iter()
+                    .map(|p| {
+                        if fail.contains(&p.0) {
+                            Err(Errno::EBUSY)
+                        } else {
+                            Ok(Colour(0))
+                        }
+                    })
+                    .collect();
+                l.on_migrated(&MigrationReport { to, pages, results });
+            }
+            if moves.complete {
+                return moved;
+            }
+        }
+    }
+
+    #[test]
+    fn the_moves_needed_are_the_moves_made() {
+        let s = stack(40);
+        let mut l = PageLedger::new(7);
+        // Page 3 cannot move; from 10 confined, up to 25, down to 4, up to 30.
+        for (from, to) in [(0, 10), (10, 25), (25, 4), (4, 30)] {
+            let needed = l.moves_needed(&s, to, &|_| true);
+            let made = place(&mut l, &s, to, &[3]);
+            assert_eq!(needed, made, "from {from} to {to}");
+        }
     }
 }

@@ -821,18 +821,12 @@ impl Controller {
         })
     }
 
-    /// Pages a placement at `k` moves from the current one: the stack's top `k` not yet
-    /// confined, and the stack's confined pages below them (confined pages this profile
-    /// did not see stay where they are; see [`Controller::move_towards`]).
+    /// Pages a probe at `k` moves from the current placement (see
+    /// [`PageLedger::moves_needed`]).
     fn pages_to_move(&self, k: usize) -> usize {
-        let top: HashSet<VirtPage> = self.build.stack.top(k).collect();
-        let confined = self.confined();
-        let to_confine = top.iter().filter(|p| !confined.contains(p)).count();
-        let to_restore = confined
-            .iter()
-            .filter(|p| self.build.contains(**p) && !top.contains(p))
-            .count();
-        to_confine + to_restore
+        let (build, profile) = (&self.build, &self.profile);
+        let seen = |p: &VirtPage| build.contains(*p) || profile.get(*p).is_some();
+        self.pages.moves_needed(&build.stack, k, &seen)
     }
 
     /// Issue the next batch (within the window's page budget) of the moves that make the
