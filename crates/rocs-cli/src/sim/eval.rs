@@ -65,8 +65,12 @@ pub struct EvalArgs {
     pub out: Option<PathBuf>,
     /// paper and modern: run nothing; render the page again from an evaluation's JSON
     /// (evaluation.json, modern.json), its targets checked as the code states them now.
-    /// The page keeps the command that produced the figures.
-    #[arg(long, value_name = "JSON")]
+    /// The page keeps the command that produced the figures, so the options that choose
+    /// what to run are refused with it.
+    #[arg(long, value_name = "JSON", conflicts_with_all = [
+        "machines", "workloads", "scale", "seed", "count", "length", "traces", "windows",
+        "oracle_grid", "jobs",
+    ])]
     pub from: Option<PathBuf>,
     #[arg(long)]
     pub json: bool,

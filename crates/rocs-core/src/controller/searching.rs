@@ -10,7 +10,7 @@ use super::{Controller, Stage};
 use crate::knobs::SearchMode;
 use crate::regions::{build_stack, Region, RegionParams, StackBuild};
 use crate::search::{resolvable_gain, Next, Search};
-use crate::{CounterDelta, MissRateStack, Pid, VirtPage};
+use crate::{CounterDelta, MissRateStack, PageProfile, Pid, VirtPage};
 
 /// Phases whose search result is remembered (the oldest is forgotten first).
 const PHASES_REMEMBERED: usize = 4;
@@ -824,21 +824,19 @@ impl Controller {
     /// Pages a probe at `k` moves from the current placement (see
     /// [`PageLedger::moves_needed`]).
     fn pages_to_move(&self, k: usize) -> usize {
-        let (build, profile) = (&self.build, &self.profile);
-        let seen = |p: &VirtPage| build.contains(*p) || profile.get(*p).is_some();
-        self.pages.moves_needed(&build.stack, k, &seen)
+        let seen = seen_by(&self.build, &self.profile);
+        self.pages.moves_needed(&self.build.stack, k, &seen)
     }
 
     /// Issue the next batch (within the window's page budget) of the moves that make the
     /// confined set the top `k` of the stack. Returns true when, once this batch is done,
     /// the placement is complete: the next window measures `k`.
     fn move_towards(&mut self, k: usize, settled: bool, out: &mut Vec<Action>) -> bool {
-        // Confined pages the current profile did not see stay where they are: a page this
-        // phase does not touch costs nothing in the pollute buffer, and the phase that
-        // confined it finds it there when it comes back.
-        let (build, profile) = (&self.build, &self.profile);
-        let seen = |p: &VirtPage| build.contains(*p) || profile.get(*p).is_some();
-        let moves = self.pages.moves_towards(&build.stack, k, &seen, settled);
+        let moves = {
+            let seen = seen_by(&self.build, &self.profile);
+            self.pages
+                .moves_towards(&self.build.stack, k, &seen, settled)
+        };
         if moves.issued > 0 {
             self.skip_window = true;
             let now = self.stats.windows;
@@ -850,6 +848,13 @@ impl Controller {
         out.extend(moves.actions);
         moves.complete
     }
+}
+
+/// Whether the current profile saw a page. Confined pages it did not see stay where they
+/// are: a page this phase does not touch costs nothing in the pollute buffer, and the
+/// phase that confined it finds it there when it comes back.
+fn seen_by<'a>(build: &'a StackBuild, profile: &'a PageProfile) -> impl Fn(&VirtPage) -> bool + 'a {
+    |p| build.contains(*p) || profile.get(*p).is_some()
 }
 
 /// The share of `a` that is also in `b`.
