@@ -134,8 +134,26 @@ pub struct RunArgs {
     pub scale: Scale,
     #[command(flatten)]
     pub closed_loop: LoopArgs,
+    /// rocs on these resctrl way masks (hex, one per process in pid order, e.g.
+    /// 0xffff,0x1), judged against the baseline with every way: modern.md's "both" column
+    /// (give the masks of its oracle-CAT column). --mode rocs only.
+    #[arg(long, value_delimiter = ',', value_parser = parse_way_mask, value_name = "MASKS")]
+    pub cat_masks: Option<Vec<u64>>,
+    /// rocs profiling with the L2 prefetcher left on, on a machine that switches it off
+    /// while sampling: modern.md's "rocs, pf on" column. --mode rocs only.
+    #[arg(long)]
+    pub prefetch_on_while_profiling: bool,
     #[arg(long)]
     pub json: bool,
+}
+
+fn parse_way_mask(s: &str) -> Result<u64, String> {
+    let digits = s
+        .strip_prefix("0x")
+        .or_else(|| s.strip_prefix("0X"))
+        .unwrap_or(s);
+    u64::from_str_radix(digits, 16)
+        .map_err(|e| format!("{s:?} is not a way mask in hex (e.g. 0xffff): {e}"))
 }
 
 /// How a workload is run.
@@ -512,12 +530,62 @@ fn run_baseline(
     ))
 }
 
+/// The machine rocs runs on: `make`'s, with the way masks and the prefetcher as asked
+/// (checked here, so that a bad mask is reported before the baseline runs).
+fn rocs_machine<'a>(
+    args: &'a RunArgs,
+    spec: &MachineSpec,
+    workload: &Workload,
+    make: &'a (dyn Fn() -> Result<Machine, rocs_sim::SimError> + 'a),
+) -> anyhow::Result<impl Fn() -> Result<Machine, rocs_sim::SimError> + 'a> {
+    let variant = args.cat_masks.is_some() || args.prefetch_on_while_profiling;
+    if variant && args.mode != Mode::Rocs {
+        anyhow::bail!(
+            "--cat-masks and --prefetch-on-while-profiling set up rocs's machine, judged \
+             against the baseline as modern.md's columns are: give --mode rocs"
+        );
+    }
+    if args.prefetch_on_while_profiling
+        && !spec.prefetch.as_ref().is_some_and(|p| p.off_while_sampling)
+    {
+        anyhow::bail!(
+            "{} does not switch a prefetcher off while profiling ([prefetch] \
+             off_while_sampling): there is nothing to leave on",
+            spec.name
+        );
+    }
+    if let Some(masks) = &args.cat_masks {
+        if masks.len() != workload.processes.len() {
+            anyhow::bail!(
+                "--cat-masks gives {} masks; {} has {} processes (one mask each, in pid order)",
+                masks.len(),
+                workload.name,
+                workload.processes.len()
+            );
+        }
+    }
+    let set_up = move || {
+        let mut m = make()?;
+        if args.prefetch_on_while_profiling {
+            m.set_prefetch_off_while_sampling(false);
+        }
+        for (pid, &mask) in m.pids().into_iter().zip(args.cat_masks.iter().flatten()) {
+            m.set_way_mask(pid, mask)?;
+        }
+        Ok(m)
+    };
+    set_up().context("setting up rocs's machine")?;
+    Ok(set_up)
+}
+
 fn run_workload(args: RunArgs) -> anyhow::Result<ExitCode> {
     let cfg = args.closed_loop.config(args.mode)?;
     let profile = MachineSpec::resolve(&args.machine)?;
     let workload = args
         .scale
         .apply(&Workload::resolve(&args.workload)?, &profile)?;
+    let make = || Machine::new(&profile, &workload, args.seed);
+    let make_rocs = rocs_machine(&args, &profile, &workload, &make)?;
     if args.mode == Mode::Baseline {
         let report = run_mode(args.mode, &profile, &workload, args.seed)?;
         RunReport::new(
@@ -529,11 +597,14 @@ fn run_workload(args: RunArgs) -> anyhow::Result<ExitCode> {
         .emit(args.json)?;
         return Ok(ExitCode::SUCCESS);
     }
-    let make = || Machine::new(&profile, &workload, args.seed);
     let steps = Steps::new(None);
-    let c = closed_loop::compare(&make, &cfg, modes_of(args.mode), &mut |what: &str| {
-        steps.step(&format!("{}: {what}", workload.name))
-    })
+    let c = closed_loop::compare_on(
+        &make,
+        &make_rocs,
+        &cfg,
+        modes_of(args.mode),
+        &mut |what: &str| steps.step(&format!("{}: {what}", workload.name)),
+    )
     .with_context(|| format!("running {} in mode {}", workload.name, args.mode.name()));
     steps.finish();
     RunReport::emit_closed_loop(

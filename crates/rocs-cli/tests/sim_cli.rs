@@ -708,4 +708,104 @@ fn the_committed_evaluation_pages_are_what_their_json_renders_to() {
         None,
     );
     assert!(!ok && err.contains("use --suite modern"), "{err}");
+    // What to run is the JSON's: an option that would choose it is refused, not ignored.
+    let (ok, _, err) = run(
+        &[
+            "sim",
+            "eval",
+            "--suite",
+            "modern",
+            "--from",
+            docs.join("modern.json").to_str().unwrap(),
+            "--oracle-grid",
+            "2",
+        ],
+        None,
+    );
+    assert!(!ok && err.contains("--oracle-grid"), "{err}");
+}
+
+#[test]
+fn sim_run_gives_each_column_of_a_modern_row_again() {
+    // A machine shaped like the modern built-ins (victim LLC with DRRIP, a prefetcher
+    // switched off while sampling), small enough for a test: each rocs column of its
+    // modern.md row is what `sim run --mode rocs` prints with the matching options.
+    let dir = tempfile::tempdir().unwrap();
+    let machine = dir.path().join("small-modern.toml");
+    std::fs::write(
+        &machine,
+        "name = \"small-modern\"\nclock_ghz = 3.0\nbase_cpi = 0.4\npage_size = \"4KiB\"\n\
+         memory = \"256MiB\"\nmemory_latency = 300\n\
+         [l1d]\nsize = \"8KiB\"\nline = 64\nways = 8\n\
+         [l2]\nsize = \"32KiB\"\nline = 64\nways = 8\nlatency = 14\n\
+         [llc]\nsize = \"256KiB\"\nline = 64\nways = 16\nlatency = 50\npolicy = \"drrip\"\n\
+         fill = \"exclusive-victim\"\n\
+         [prefetch]\nstreams = 16\ndegree = 2\ndistance = 20\noff_while_sampling = true\n\
+         [pmu]\nsample_cost_cycles = 400\n",
+    )
+    .unwrap();
+    let machine = machine.to_str().unwrap();
+    let common = [
+        "--scale",
+        "auto:0.03",
+        "--windows",
+        "100",
+        "--oracle-grid",
+        "4",
+    ];
+    let out = dir.path().join("eval");
+    let mut eval = vec![
+        "sim",
+        "eval",
+        "--suite",
+        "modern",
+        "--machines",
+        machine,
+        "--workloads",
+        "noisy-neighbour",
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    eval.extend(common);
+    let (ok, _, err) = run(&eval, None);
+    assert!(ok, "{err}");
+    let page: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("modern.json")).unwrap()).unwrap();
+    let row = &page["rows"][0];
+    let masks: Vec<String> = row["cat"]["masks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| format!("{:#x}", m.as_u64().unwrap()))
+        .collect();
+    let masks = masks.join(",");
+    for (options, column) in [
+        (vec![], &row["adaptive"]["speedup"]),
+        (
+            vec!["--prefetch-on-while-profiling"],
+            &row["prefetch_on_speedup"],
+        ),
+        (
+            vec!["--cat-masks", masks.as_str()],
+            &row["cat"]["both_speedup"],
+        ),
+    ] {
+        let mut args = vec![
+            "sim",
+            "run",
+            "--workload",
+            "noisy-neighbour",
+            "--machine",
+            machine,
+            "--mode",
+            "rocs",
+            "--pollute-colours",
+            "1",
+            "--json",
+        ];
+        args.extend(common);
+        args.extend(options.iter().copied());
+        let v = run_json(&args);
+        assert_eq!(&v["speedup"], column, "sim run {options:?}");
+    }
 }

@@ -466,6 +466,19 @@ pub fn compare(
     modes: Modes,
     progress: &mut dyn FnMut(&str),
 ) -> Result<Comparison, LoopError> {
+    compare_on(make, make, cfg, modes, progress)
+}
+
+/// [`compare`] with rocs and the oracle on machines from `make_rocs` (the same machine
+/// set up otherwise: CAT's way masks, the prefetcher left on while profiling), judged
+/// against the baseline from `make`, as the modern suite's columns are.
+pub fn compare_on(
+    make: &MachineFactory<'_>,
+    make_rocs: &MachineFactory<'_>,
+    cfg: &LoopConfig,
+    modes: Modes,
+    progress: &mut dyn FnMut(&str),
+) -> Result<Comparison, LoopError> {
     progress("baseline");
     let baseline = run_baseline(make)?;
     let window = cfg.window_for(&baseline);
@@ -479,12 +492,12 @@ pub fn compare(
     };
     if modes.rocs || modes.oracle {
         progress(&format!("rocs ({} search)", cfg.knobs.search));
-        let rocs = run_rocs(make, &cfg.knobs, window)?;
+        let rocs = run_rocs(make_rocs, &cfg.knobs, window)?;
         out.speedup = Some(ratio(out.baseline.stats.cycles, rocs.stats.cycles));
         if modes.oracle {
-            let colours = make()?.llc_geometry().colours();
+            let colours = make_rocs()?.llc_geometry().colours();
             let pollute = cfg.knobs.pollute_colours.resolve(colours)?;
-            let oracle = run_oracle(make, &rocs, cfg, &pollute, progress)?;
+            let oracle = run_oracle(make_rocs, &rocs, cfg, &pollute, progress)?;
             out.oracle_speedup = Some(ratio(out.baseline.stats.cycles, oracle.stats.cycles));
             out.fraction_of_oracle = Some(ratio(oracle.stats.cycles, rocs.stats.cycles));
             out.oracle = Some(oracle);
@@ -498,8 +511,6 @@ pub fn compare(
     Ok(out)
 }
 
-/// Each tenant's speedup under rocs: its baseline cycles over its cycles in `rocs` (0 for a
-/// tenant missing from `rocs`).
 /// Whether `candidate` keeps every process within the policy's bound on slowdown against
 /// `reference`, the same run with nothing confined: what the controller's group search
 /// allows (each tenant at least `1 - max_slowdown` of its pace, unless background), and so
@@ -525,6 +536,8 @@ fn fastest_within_bound<'a, K>(
         .map(|(k, _)| k)
 }
 
+/// Each tenant's speedup under rocs: its baseline cycles over its cycles in `rocs` (0 for a
+/// tenant missing from `rocs`).
 fn tenant_speedups(baseline: &crate::RunStats, rocs: &crate::RunStats) -> Vec<f64> {
     baseline
         .processes

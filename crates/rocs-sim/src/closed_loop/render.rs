@@ -329,6 +329,13 @@ impl Evaluation {
              oracle tries k = 0, the quarters of the stack and rocs's choice first and stops \
              there when they lie within 1% (a flat curve). Verdict: within 1% is a tie.\n"
         );
+        let _ = writeln!(
+            s,
+            "A row's rocs columns again, one run each: `rocsctl sim run --workload W --machine \
+             M --scale S --mode rocs --pollute-colours N` (N = the LLC's colours / 16: \
+             zen4-like 32, spr-like and neoverse-like 2), with `--prefetch-on-while-profiling` \
+             for \"rocs, pf on\" and `--cat-masks` and the row's masks for \"both\".\n"
+        );
         for machine in self.machines() {
             let _ = writeln!(s, "## {machine}\n");
             let _ = writeln!(s, "![speedups on {machine}](modern-{machine}.svg)\n");
