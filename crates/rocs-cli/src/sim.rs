@@ -574,7 +574,9 @@ fn rocs_machine<'a>(
         }
         Ok(m)
     };
-    set_up().context("setting up rocs's machine")?;
+    if variant {
+        set_up().context("setting up rocs's machine")?;
+    }
     Ok(set_up)
 }
 
