@@ -31,6 +31,9 @@ enum Pattern {
     Sweep,
     /// The sweep, and as many loads on 64 pages of reused data that miss one time in five.
     SweepAndReuse,
+    /// 40 pages that only stream, then two reused regions: 8 pages that miss one load in
+    /// ten, 16 that miss every other load.
+    StreamAndTwoReused,
 }
 
 /// A target's IPC in a window (counted from 0), and whether it is sampled.
@@ -78,6 +81,16 @@ impl Sampler for Fake {
                 }
                 Pattern::SweepAndReuse if i % 2 == 0 => (swept + i % PAGES, true),
                 Pattern::SweepAndReuse => (i % PAGES, (i / PAGES).is_multiple_of(5)),
+                Pattern::StreamAndTwoReused => {
+                    let page = i % PAGES;
+                    let round = i / PAGES;
+                    let miss = match page {
+                        0..40 => true,
+                        40..48 => round.is_multiple_of(10),
+                        _ => round.is_multiple_of(2),
+                    };
+                    (page, miss)
+                }
             };
             MemSample {
                 pid,
@@ -450,4 +463,26 @@ fn reused_data_larger_than_the_cache_promises_only_what_the_cache_can_hold() {
             if reason.contains("nothing to win"))
     });
     assert!(nothing, "{:?}", events[&1]);
+}
+
+#[test]
+fn reused_regions_share_the_cache_in_what_they_promise() {
+    // Beside a stream, 8 reused pages that miss one load in ten and 16 that miss every
+    // other load. On an LLC of 16 pages, 15 outside the pollute buffer, either region
+    // alone could hit more than it does (the 16 pages on 15/16 of their loads), but not
+    // both: once the 8 pages are held, 7 pages of room hold less of the 16 than they hit
+    // already. What is left to win, the 8 pages' few misses, is under min_promise.
+    let llc = CacheGeometry::from_size(16 << SHIFT, 64, 1, 1, 1 << SHIFT).expect("valid");
+    let (fake, events) = run_on(
+        Some(&llc),
+        &[(1, Pattern::StreamAndTwoReused)],
+        30,
+        knobs(),
+        |_, _| 0.5,
+    );
+    assert!(!searched(&events[&1]), "{:?}", events[&1]);
+    assert_eq!(fake.moved.get(&1), None);
+    // Told nothing of the LLC, it searches.
+    let (_, events) = run(&[(1, Pattern::StreamAndTwoReused)], 30);
+    assert!(searched(&events[&1]), "{:?}", events[&1]);
 }

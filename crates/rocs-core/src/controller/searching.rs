@@ -741,11 +741,12 @@ impl Controller {
     /// sampled 3 times each has pages at 0.33 and at 1.0), a region's rate is what the
     /// stack ranks by.
     ///
-    /// A reused region larger than the LLC outside the pollute buffer (when the platform
-    /// said how large it is) cannot hit on every load however the streams are placed:
-    /// loads spread over its pages hit at most in the share of them the cache holds, so
-    /// only the hits that share adds count (each region judged as if it had the cache to
-    /// itself, so the promise stays an upper bound).
+    /// The reused regions share the LLC outside the pollute buffer (when the platform said
+    /// how large it is): however the streams are placed, it holds at most that many pages,
+    /// and loads spread over a region's pages hit at most in the share of them it holds.
+    /// The bound gives the room to the regions with the most loads per page first (the
+    /// most hits a placement could win), and counts only the hits that adds to each
+    /// region's own.
     pub(super) fn promise(&self) -> f64 {
         self.promise_of(&self.build)
     }
@@ -755,23 +756,32 @@ impl Controller {
             return 0.0;
         };
         let below = top.miss_rate - self.knobs.region_merge_tolerance;
-        let room = self.llc_room_pages;
-        let reused = |r: &&Region| r.hits > 0 && r.miss_rate < below;
-        let can_hit = |r: &Region| {
-            let loads = (r.hits + r.misses) as f64;
-            let held = if room > 0 && r.pages() > room {
-                room as f64 / r.pages() as f64
-            } else {
-                1.0
-            };
-            (loads * held - r.hits as f64).max(0.0)
+        let loads = |r: &Region| (r.hits + r.misses) as f64;
+        let density = |r: &Region| loads(r) / r.pages() as f64;
+        let mut reused: Vec<&Region> = build
+            .regions
+            .iter()
+            .filter(|r| r.hits > 0 && r.miss_rate < below)
+            .collect();
+        reused.sort_by(|a, b| density(b).total_cmp(&density(a)));
+        let mut room = match self.llc_room_pages {
+            0 => f64::INFINITY,
+            pages => pages as f64,
         };
-        let loads: u64 = build.regions.iter().map(|r| r.hits + r.misses).sum();
-        let winnable: f64 = build.regions.iter().filter(reused).map(can_hit).sum();
-        if loads == 0 {
+        let winnable: f64 = reused
+            .iter()
+            .map(|r| {
+                let pages = r.pages() as f64;
+                let held = (room / pages).min(1.0);
+                room = (room - pages).max(0.0);
+                (loads(r) * held - r.hits as f64).max(0.0)
+            })
+            .sum();
+        let all: f64 = build.regions.iter().map(loads).sum();
+        if all == 0.0 {
             0.0
         } else {
-            winnable / loads as f64
+            winnable / all
         }
     }
 
