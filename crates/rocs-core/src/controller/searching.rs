@@ -745,8 +745,8 @@ impl Controller {
     /// how large it is): however the streams are placed, it holds at most that many pages,
     /// and loads spread over a region's pages hit at most in the share of them it holds.
     /// The bound gives the room to the regions with the most loads per page first (the
-    /// most hits a placement could win), and counts only the hits that adds to each
-    /// region's own.
+    /// most hits a placement could win), and counts only the hits each region's share of
+    /// it adds to those the region has.
     pub(super) fn promise(&self) -> f64 {
         self.promise_of(&self.build)
     }
