@@ -10,7 +10,9 @@ use std::time::Instant;
 use anyhow::Context;
 use clap::{Args, Subcommand, ValueEnum};
 use rocs_core::{PolluteColours, SearchMode};
-use rocs_sim::closed_loop::{self, Comparison, LoopConfig, Modes, OracleRun, RocsRun};
+use rocs_sim::closed_loop::{
+    self, Comparison, LoopConfig, MachineFactory, Modes, OracleRun, RocsRun,
+};
 use rocs_sim::machine::Counts;
 use rocs_sim::{
     builtin_machines, builtin_workloads, Machine, MachineSpec, RunStats, Scale, Workload,
@@ -536,7 +538,7 @@ fn rocs_machine<'a>(
     args: &'a RunArgs,
     spec: &MachineSpec,
     workload: &Workload,
-    make: &'a (dyn Fn() -> Result<Machine, rocs_sim::SimError> + 'a),
+    make: &'a MachineFactory<'a>,
 ) -> anyhow::Result<impl Fn() -> Result<Machine, rocs_sim::SimError> + 'a> {
     let variant = args.cat_masks.is_some() || args.prefetch_on_while_profiling;
     if variant && args.mode != Mode::Rocs {

@@ -768,15 +768,13 @@ impl Controller {
             0 => f64::INFINITY,
             pages => pages as f64,
         };
-        let winnable: f64 = reused
-            .iter()
-            .map(|r| {
-                let pages = r.pages() as f64;
-                let held = (room / pages).min(1.0);
-                room = (room - pages).max(0.0);
-                (loads(r) * held - r.hits as f64).max(0.0)
-            })
-            .sum();
+        let mut winnable = 0.0;
+        for r in reused {
+            let pages = r.pages() as f64;
+            let held = (room / pages).min(1.0);
+            room = (room - pages).max(0.0);
+            winnable += (loads(r) * held - r.hits as f64).max(0.0);
+        }
         let all: f64 = build.regions.iter().map(loads).sum();
         if all == 0.0 {
             0.0
