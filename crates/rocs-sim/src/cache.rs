@@ -43,6 +43,18 @@ const DUEL_PERIOD: usize = 64;
 /// A way mask that allows every way.
 const ALL_WAYS: u64 = u64::MAX;
 
+/// DRRIP: a miss in `set_index`, if it is a leader set, moves the policy selector `psel`
+/// towards the other policy.
+#[inline(always)]
+fn vote(psel: &mut u32, set_index: usize) {
+    match set_index % DUEL_PERIOD {
+        // SRRIP leader missed: vote for BRRIP.
+        0 => *psel = (*psel + 1).min(PSEL_MAX),
+        1 => *psel = psel.saturating_sub(1),
+        _ => {}
+    }
+}
+
 /// One cache level.
 #[derive(Clone, Debug)]
 pub struct Cache {
@@ -142,7 +154,8 @@ impl Cache {
     /// generator's loop inlines are LRU, and the loop keeps more in registers without it.
     #[inline(never)]
     fn access_line_rrip(&mut self, line: u64) -> bool {
-        self.access_rrip(self.set_of(line), line, ALL_WAYS).0
+        self.access_rrip::<true>(self.set_of(line), line, ALL_WAYS)
+            .0
     }
 
     /// Reference one line, installing it on a miss into one of the ways of `way_mask` (bit
@@ -157,9 +170,38 @@ impl Cache {
                 debug_assert!(way_mask & self.all_ways() == self.all_ways());
                 self.access_lru(self.set_base(line), line)
             }
-            _ => self.access_rrip(self.set_of(line), line, way_mask),
+            _ => self.access_rrip::<true>(self.set_of(line), line, way_mask),
         };
         (hit, (evicted != INVALID).then_some(evicted))
+    }
+
+    /// A victim cache's fill: `line`, evicted from the level above, goes into one of the
+    /// ways of `way_mask` (or, already here, is predicted re-referenced). Not a demand
+    /// reference, so DRRIP's leader sets take no vote from it: every line the level above
+    /// evicts fills the victim cache whatever its policy, and votes counted on fills would
+    /// be the same for both leaders, a random walk of the selector. Their votes come from
+    /// [`Cache::demand_missed`].
+    #[inline(always)]
+    pub fn fill_line_evicting(&mut self, line: u64, way_mask: u64) -> (bool, Option<u64>) {
+        let (hit, evicted) = match self.policy {
+            Policy::Lru => {
+                debug_assert!(way_mask & self.all_ways() == self.all_ways());
+                self.access_lru(self.set_base(line), line)
+            }
+            _ => self.access_rrip::<false>(self.set_of(line), line, way_mask),
+        };
+        (hit, (evicted != INVALID).then_some(evicted))
+    }
+
+    /// A demand reference to `line` missed this (victim) cache, which looked it up without
+    /// installing it: DRRIP's set dueling counts the miss if `line`'s set is a leader (Jaleel
+    /// et al., ISCA 2010: the policy selector counts the leader sets' misses).
+    #[inline(always)]
+    pub fn demand_missed(&mut self, line: u64) {
+        if self.policy == Policy::Drrip {
+            let set_index = self.set_of(line);
+            vote(&mut self.psel, set_index);
+        }
     }
 
     /// The mask of every way of this cache.
@@ -212,8 +254,14 @@ impl Cache {
     /// (hit, the line evicted or INVALID); fills only go to the ways of `way_mask`.
     /// Takes the set's index, not its first slot's, so that the dueling below needs no
     /// division by the number of ways.
+    /// `VOTE`: a miss is a demand miss, which DRRIP's leader sets count.
     #[inline(always)]
-    fn access_rrip(&mut self, set_index: usize, line: u64, way_mask: u64) -> (bool, u64) {
+    fn access_rrip<const VOTE: bool>(
+        &mut self,
+        set_index: usize,
+        line: u64,
+        way_mask: u64,
+    ) -> (bool, u64) {
         let ways = self.ways;
         let base = set_index * ways;
         let set = &mut self.tags[base..base + ways];
@@ -242,18 +290,16 @@ impl Cache {
         let use_brrip = match self.policy {
             Policy::Srrip => false,
             Policy::Brrip => true,
-            _ => match set_index % DUEL_PERIOD {
-                0 => {
-                    // SRRIP leader missed: vote for BRRIP.
-                    self.psel = (self.psel + 1).min(PSEL_MAX);
-                    false
+            _ => {
+                if VOTE {
+                    vote(&mut self.psel, set_index);
                 }
-                1 => {
-                    self.psel = self.psel.saturating_sub(1);
-                    true
+                match set_index % DUEL_PERIOD {
+                    0 => false,
+                    1 => true,
+                    _ => self.psel > PSEL_MAX / 2,
                 }
-                _ => self.psel > PSEL_MAX / 2,
-            },
+            }
         };
         let insert = if use_brrip {
             self.brrip_count = self.brrip_count.wrapping_add(1);

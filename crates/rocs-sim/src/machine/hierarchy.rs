@@ -200,9 +200,12 @@ fn below_l1(core: &mut Core, llc: &mut Cache, paddr: u64) -> Served {
         Fill::ExclusiveVictim => llc.invalidate_line(line),
     };
     if core.modern.fill != Fill::OnMiss {
+        if !in_llc {
+            llc.demand_missed(line);
+        }
         if let Some(victim) = evicted {
             let victim = (victim << l2.line_shift()) >> llc.line_shift();
-            llc.access_line_evicting(victim, mask);
+            llc.fill_line_evicting(victim, mask);
         }
     }
     if in_llc {
@@ -510,6 +513,47 @@ mod tests {
                 llc.contains_line(0),
                 fill == Fill::Victim,
                 "{fill:?}: a hit keeps the line only if not exclusive"
+            );
+        }
+    }
+
+    #[test]
+    fn a_drrip_victim_llc_duels_on_demand_misses_and_keeps_part_of_a_thrashing_loop() {
+        // A loop over twice the lines the L2 and the LLC hold together. Set dueling (Jaleel
+        // et al., ISCA 2010) counts the misses of each policy's leader sets and gives the
+        // follower sets the policy that misses less: here BRRIP, which keeps part of the
+        // loop where SRRIP keeps none of it. A victim LLC is filled by every line the L2
+        // evicts, whatever its policy: were the leaders' votes counted on fills they would
+        // be equal, the selector would stay where it started, and DRRIP would miss like
+        // SRRIP.
+        let (sets, l2_ways, llc_ways) = (128u64, 2u64, 4u64);
+        let lines = 2 * sets * (l2_ways + llc_ways);
+        for fill in [Fill::Victim, Fill::ExclusiveVictim] {
+            let llc_hits = |policy: Policy| {
+                let mut llc = cache(sets, llc_ways, policy);
+                let mut c = core(cache(sets, l2_ways, Policy::Lru), fill, &llc);
+                let mut hits = 0u32;
+                for round in 0..40 {
+                    for line in 0..lines {
+                        let served = below_l1(&mut c, &mut llc, line * 64);
+                        hits += u32::from(round >= 8 && served == Served::Llc);
+                    }
+                }
+                f64::from(hits) / (32 * lines) as f64
+            };
+            let (srrip, brrip, drrip) = (
+                llc_hits(Policy::Srrip),
+                llc_hits(Policy::Brrip),
+                llc_hits(Policy::Drrip),
+            );
+            assert!(
+                brrip > srrip + 0.2,
+                "{fill:?}: SRRIP {srrip:.3}, BRRIP {brrip:.3}"
+            );
+            // The SRRIP leaders (one set in 64) keep missing like SRRIP.
+            assert!(
+                drrip >= brrip * (1.0 - 2.0 / 64.0),
+                "{fill:?}: DRRIP {drrip:.3}, BRRIP {brrip:.3}, SRRIP {srrip:.3}"
             );
         }
     }
