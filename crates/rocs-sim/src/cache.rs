@@ -165,14 +165,7 @@ impl Cache {
     /// identity; profiles refuse that combination).
     #[inline(always)]
     pub fn access_line_evicting(&mut self, line: u64, way_mask: u64) -> (bool, Option<u64>) {
-        let (hit, evicted) = match self.policy {
-            Policy::Lru => {
-                debug_assert!(way_mask & self.all_ways() == self.all_ways());
-                self.access_lru(self.set_base(line), line)
-            }
-            _ => self.access_rrip::<true>(self.set_of(line), line, way_mask),
-        };
-        (hit, (evicted != INVALID).then_some(evicted))
+        self.install_evicting::<true>(line, way_mask)
     }
 
     /// A victim cache's fill: `line`, evicted from the level above, goes into one of the
@@ -183,12 +176,23 @@ impl Cache {
     /// [`Cache::demand_missed`].
     #[inline(always)]
     pub fn fill_line_evicting(&mut self, line: u64, way_mask: u64) -> (bool, Option<u64>) {
+        self.install_evicting::<false>(line, way_mask)
+    }
+
+    /// [`Cache::access_line_evicting`]; `VOTE`: a miss is a demand miss, which DRRIP's
+    /// leader sets count.
+    #[inline(always)]
+    fn install_evicting<const VOTE: bool>(
+        &mut self,
+        line: u64,
+        way_mask: u64,
+    ) -> (bool, Option<u64>) {
         let (hit, evicted) = match self.policy {
             Policy::Lru => {
                 debug_assert!(way_mask & self.all_ways() == self.all_ways());
                 self.access_lru(self.set_base(line), line)
             }
-            _ => self.access_rrip::<false>(self.set_of(line), line, way_mask),
+            _ => self.access_rrip::<VOTE>(self.set_of(line), line, way_mask),
         };
         (hit, (evicted != INVALID).then_some(evicted))
     }
@@ -253,8 +257,8 @@ impl Cache {
 
     /// (hit, the line evicted or INVALID); fills only go to the ways of `way_mask`.
     /// Takes the set's index, not its first slot's, so that the dueling below needs no
-    /// division by the number of ways.
-    /// `VOTE`: a miss is a demand miss, which DRRIP's leader sets count.
+    /// division by the number of ways. `VOTE`: a miss is a demand miss, which DRRIP's
+    /// leader sets count.
     #[inline(always)]
     fn access_rrip<const VOTE: bool>(
         &mut self,
