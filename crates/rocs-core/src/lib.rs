@@ -33,6 +33,6 @@ pub use platform::{
 pub use profile::{PageCounts, PageProfile};
 pub use regions::{build_stack, Region, RegionParams, StackBuild};
 pub use sample::{Colour, DataSource, Errno, MemSample, Pid, Placement, VirtPage};
-pub use sampling::next_period;
+pub use sampling::{next_period, period_check_due};
 pub use search::{Measured, Measurements, Next, Search};
 pub use stack::{MissRateStack, StackEntry};

@@ -23,6 +23,18 @@ pub fn next_period(period: u64, requested: u64, share: f64, budget: f64) -> u64 
     }
 }
 
+/// Samples a budget window must have taken before its cost may end it early.
+pub const EARLY_CHECK_SAMPLES: u64 = 64;
+
+/// Whether a sampler reconsiders its period now: when its budget window is over, or
+/// earlier, once the window's first `EARLY_CHECK_SAMPLES` samples already cost more than
+/// the budget. A sampler that waited for the window's end would pay several times its
+/// budget at the start of every profile shorter than that window (a profile starts at the
+/// requested period, whatever the target's rate of events).
+pub fn period_check_due(window_over: bool, samples: u64, share: f64, budget: f64) -> bool {
+    window_over || (samples >= EARLY_CHECK_SAMPLES && share > budget)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -42,6 +54,15 @@ mod tests {
         // Never below the request, and no change near the budget.
         assert_eq!(next_period(1000, 1000, 0.0, 0.01), 1000);
         assert_eq!(next_period(8000, 1000, 0.005, 0.01), 8000);
+    }
+
+    #[test]
+    fn a_window_over_budget_ends_early_once_it_has_enough_samples() {
+        assert!(period_check_due(true, 0, 0.0, 0.01));
+        assert!(period_check_due(false, EARLY_CHECK_SAMPLES, 0.02, 0.01));
+        // Too few samples to tell, or within the budget: the window runs its course.
+        assert!(!period_check_due(false, EARLY_CHECK_SAMPLES - 1, 0.5, 0.01));
+        assert!(!period_check_due(false, 1000, 0.01, 0.01));
     }
 
     #[test]

@@ -14,7 +14,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::time::{Duration, Instant};
 
 use perf_event::Counter;
-use rocs_core::{next_period, MemSample, Pid, SampleLoss, Sampler, SamplingPlan};
+use rocs_core::{next_period, period_check_due, MemSample, Pid, SampleLoss, Sampler, SamplingPlan};
 use serde::Serialize;
 use thiserror::Error;
 
@@ -111,7 +111,8 @@ fn kernel_cost_per_sample(kind: PlanKind) -> Duration {
     })
 }
 
-/// How often the period is reconsidered.
+/// How often the period is reconsidered (and earlier when it is over budget:
+/// [`rocs_core::period_check_due`]).
 const BUDGET_WINDOW: Duration = Duration::from_millis(200);
 
 fn ioctl_period(fd: RawFd, period: u64) -> io::Result<()> {
@@ -242,10 +243,11 @@ impl LinuxSampler {
         let cost = kernel_cost_per_sample(kind) * drained as u32 + started.elapsed();
         s.pending.cpu_ns += u64::try_from(cost.as_nanos()).unwrap_or(u64::MAX);
         let elapsed = s.window_start.elapsed();
-        if elapsed >= BUDGET_WINDOW && s.budget > 0.0 && !s.exited {
-            let cost = kernel_cost_per_sample(kind).as_secs_f64() * s.window_samples as f64
-                + s.window_user.as_secs_f64();
-            let share = cost / elapsed.as_secs_f64();
+        let cost = kernel_cost_per_sample(kind).as_secs_f64() * s.window_samples as f64
+            + s.window_user.as_secs_f64();
+        let share = cost / elapsed.as_secs_f64().max(f64::MIN_POSITIVE);
+        let due = period_check_due(elapsed >= BUDGET_WINDOW, s.window_samples, share, s.budget);
+        if due && s.budget > 0.0 && !s.exited {
             let period = s.stats.period;
             let new_period = next_period(period, s.requested_period, share, s.budget);
             if new_period != period {

@@ -201,6 +201,31 @@ fn sampling_stays_within_its_cpu_budget_by_raising_the_period() {
     assert!(share < 0.03, "sampling share {share}");
 }
 
+/// A profile window shorter than the sampler's budget window still costs about the budget:
+/// the period is raised as soon as the first samples show it over, not when the budget
+/// window ends (the random suite's windows are a seventh of it).
+#[test]
+fn a_window_shorter_than_the_budget_window_costs_about_the_budget() {
+    let p = MachineSpec::resolve("tiny").unwrap();
+    let w = Workload::from_toml("small.toml", SMALL)
+        .unwrap()
+        .scaled(20.0);
+    let mut m = Machine::new(&p, &w, 2).unwrap();
+    let pid = m.pids()[0];
+    m.start(
+        pid,
+        &SamplingPlan {
+            period: 1,
+            cpu_budget: 0.1,
+        },
+    )
+    .unwrap();
+    m.run_for(2_000_000);
+    let t = m.totals();
+    let share = t.sampling_overhead_cycles as f64 / t.cycles as f64;
+    assert!(share < 0.25, "sampling share {share}");
+}
+
 #[test]
 fn ipc_noise_perturbs_window_counts_but_not_the_run() {
     let p = MachineSpec::resolve("xeon-like").unwrap();

@@ -40,6 +40,9 @@ const FP_SHIFT: u32 = 8;
 const FP: u64 = 1 << FP_SHIFT;
 /// Slice of simulated time processes run in turn when several share the LLC.
 const QUANTUM: u64 = 2_000;
+/// Slice of simulated time a process runs alone while it samples: the sampling budget is
+/// checked between slices, so that a period over budget is raised within a window.
+const SAMPLING_SLICE: u64 = 250_000;
 /// First pid handed out; process i of a workload gets `FIRST_PID + i`.
 pub const FIRST_PID: Pid = 1000;
 
@@ -163,6 +166,7 @@ impl Machine {
                 throttled: 0,
                 window_start_fp: 0,
                 window_overhead: 0,
+                window_samples: 0,
             },
             last_read: Snapshot::default(),
         }
@@ -333,10 +337,12 @@ impl Machine {
             return false;
         }
         let target = self.now + cycles;
-        let quantum = if self.procs.len() == 1 {
-            cycles.max(1)
-        } else {
+        let quantum = if self.procs.len() > 1 {
             QUANTUM
+        } else if self.procs[0].st.pmu.enabled {
+            SAMPLING_SLICE
+        } else {
+            cycles.max(1)
         };
         let page_shift = self.page_shift;
         while self.now < target && !self.finished() {

@@ -3,8 +3,8 @@
 //! the period, and the counting events.
 
 use rocs_core::{
-    next_period, CounterDelta, Counters, DataSource, MemSample, Pid, SampleLoss, Sampler,
-    SamplingPlan,
+    next_period, period_check_due, CounterDelta, Counters, DataSource, MemSample, Pid, SampleLoss,
+    Sampler, SamplingPlan,
 };
 
 use super::hierarchy::{Served, Timing};
@@ -12,7 +12,8 @@ use super::{Machine, ProcState, FP_SHIFT};
 use crate::error::SimError;
 use crate::rng::Rng;
 
-/// Sampling cost is checked against the CPU budget over windows of this many cycles.
+/// Sampling cost is checked against the CPU budget over windows of this many cycles (and
+/// earlier when it is over: [`rocs_core::period_check_due`]).
 const BUDGET_WINDOW: u64 = 10_000_000;
 
 pub(super) struct Pmu {
@@ -29,6 +30,7 @@ pub(super) struct Pmu {
     pub(super) throttled: u64,
     pub(super) window_start_fp: u64,
     pub(super) window_overhead: u64,
+    pub(super) window_samples: u64,
 }
 
 #[derive(Clone, Copy, Default)]
@@ -58,6 +60,7 @@ impl ProcState {
         self.c.samples += 1;
         self.c.sampling_overhead_cycles += t.sample_cost;
         self.pmu.window_overhead += t.sample_cost;
+        self.pmu.window_samples += 1;
         self.clock_fp += t.sample_cost << FP_SHIFT;
         if self.pmu.samples.len() >= t.ring {
             self.pmu.lost += 1;
@@ -96,10 +99,13 @@ pub(super) fn enforce_budget(st: &mut ProcState) {
         return;
     }
     let span = (st.clock_fp - pmu.window_start_fp) >> FP_SHIFT;
-    if span < BUDGET_WINDOW {
+    if span == 0 {
         return;
     }
     let share = pmu.window_overhead as f64 / span as f64;
+    if !period_check_due(span >= BUDGET_WINDOW, pmu.window_samples, share, pmu.budget) {
+        return;
+    }
     let period = next_period(pmu.period, pmu.requested, share, pmu.budget);
     if period > pmu.period {
         pmu.throttled += 1;
@@ -108,6 +114,7 @@ pub(super) fn enforce_budget(st: &mut ProcState) {
     pmu.countdown = pmu.countdown.min(period);
     pmu.window_start_fp = st.clock_fp;
     pmu.window_overhead = 0;
+    pmu.window_samples = 0;
 }
 
 impl Sampler for Machine {
@@ -128,6 +135,7 @@ impl Sampler for Machine {
         st.pmu.countdown = jittered(plan.period, self.timing.jitter, &mut st.rng);
         st.pmu.window_start_fp = st.clock_fp;
         st.pmu.window_overhead = 0;
+        st.pmu.window_samples = 0;
         // ROCS profiles with the L2 prefetchers off (MSR 0x1A4 on Intel), so that streaming
         // pages are seen missing rather than hidden by prefetched lines (Fig. 4).
         st.core.modern.prefetch_paused = self.prefetch_off_while_sampling;
