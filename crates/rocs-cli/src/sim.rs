@@ -532,14 +532,15 @@ fn run_baseline(
     ))
 }
 
-/// The machine rocs runs on: `make`'s, with the way masks and the prefetcher as asked
-/// (checked here, so that a bad mask is reported before the baseline runs).
+/// The machine rocs runs on if it is not `make`'s: that, with the way masks and the
+/// prefetcher as asked (checked here, so that a bad mask is reported before the baseline
+/// runs).
 fn rocs_machine<'a>(
     args: &'a RunArgs,
     spec: &MachineSpec,
     workload: &Workload,
     make: &'a MachineFactory<'a>,
-) -> anyhow::Result<impl Fn() -> Result<Machine, rocs_sim::SimError> + 'a> {
+) -> anyhow::Result<Option<impl Fn() -> Result<Machine, rocs_sim::SimError> + 'a>> {
     let variant = args.cat_masks.is_some() || args.prefetch_on_while_profiling;
     if variant && args.mode != Mode::Rocs {
         anyhow::bail!(
@@ -576,10 +577,11 @@ fn rocs_machine<'a>(
         }
         Ok(m)
     };
-    if variant {
-        set_up().context("setting up rocs's machine")?;
+    if !variant {
+        return Ok(None);
     }
-    Ok(set_up)
+    set_up().context("setting up rocs's machine")?;
+    Ok(Some(set_up))
 }
 
 fn run_workload(args: RunArgs) -> anyhow::Result<ExitCode> {
@@ -604,7 +606,7 @@ fn run_workload(args: RunArgs) -> anyhow::Result<ExitCode> {
     let steps = Steps::new(None);
     let c = closed_loop::compare_on(
         &make,
-        &make_rocs,
+        make_rocs.as_ref().map(|m| m as &MachineFactory<'_>),
         &cfg,
         modes_of(args.mode),
         &mut |what: &str| steps.step(&format!("{}: {what}", workload.name)),

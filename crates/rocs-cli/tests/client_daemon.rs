@@ -164,12 +164,13 @@ fn every_daemon_command_in_text_and_json() {
         "{s}"
     );
 
-    // Wait until art has a profile.
+    // Wait until art has a whole profile: while it is profiling, its profile grows
+    // between the two requests below that must agree on it.
     let t0 = Instant::now();
     let art = loop {
         let ts = json(&d, &["targets"]);
         if let Some(t) = ts.as_array().unwrap().iter().find(|t| t["comm"] == "art") {
-            if t["pages_profiled"].as_u64().unwrap() > 0 {
+            if t["pages_profiled"].as_u64().unwrap() > 0 && t["state"] != "profile" {
                 break t.clone();
             }
         }

@@ -2,7 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
-/// Windows averaged into a phase's reference.
+/// Windows a new phase's reference is learnt from before windows are judged against it
+/// (each window within the band refines it after that).
 const REFERENCE_WINDOWS: u32 = 3;
 
 /// A window is outside the band only if it is also this many standard deviations (of the
@@ -100,6 +101,15 @@ impl PhaseDetector {
             > (self.band * ref_mpki.max(MPKI_FLOOR)).max(NOISE_SIGMAS * sd_mpki);
         if !(ipc_out || mpki_out) {
             self.strikes = 0;
+            // Every window of the phase refines its reference, not only the first few: a
+            // program whose windows cycle more slowly than the reference's first windows
+            // (a sweep over an array larger than a window reaches) shows its whole spread
+            // only over a cycle, and is not a new phase at each of its peaks.
+            self.sum_ipc += ipc;
+            self.sum_mpki += mpki;
+            self.sq_ipc += ipc * ipc;
+            self.sq_mpki += mpki * mpki;
+            self.learned += 1;
             return PhaseVerdict::Within;
         }
         self.strikes += 1;
@@ -145,5 +155,27 @@ mod tests {
         }
         assert_eq!(d.observe(3.0, 10.0), PhaseVerdict::Outside { strikes: 1 });
         assert_eq!(d.observe(3.0, 10.0), PhaseVerdict::Changed);
+    }
+
+    #[test]
+    fn a_slow_cycle_is_learnt_not_a_new_phase_at_each_peak() {
+        let mut d = PhaseDetector::new(0.15, 2);
+        // The reference's first windows fall in a flat stretch of the cycle...
+        for ipc in [1.0, 1.01, 0.99] {
+            assert_eq!(d.observe(ipc, 10.0), PhaseVerdict::Learning);
+        }
+        // ...which then swings ±17% over many windows. Its rise and fall, each within the
+        // band of the windows before, widen the reference's spread, so the peaks, 17% from
+        // the first windows' mean, are the same phase.
+        let cycle = [
+            1.05, 1.1, 1.14, 1.1, 1.05, 1.0, 0.95, 0.9, 0.86, 0.9, 0.95, 1.0, 1.05, 1.1, 1.15,
+            1.17, 1.17, 1.15, 1.1, 1.0, 0.9, 0.85, 0.83, 0.83, 0.85,
+        ];
+        for ipc in cycle {
+            assert_eq!(d.observe(ipc, 10.0), PhaseVerdict::Within, "IPC {ipc}");
+        }
+        // A real change still is one.
+        assert_eq!(d.observe(0.3, 40.0), PhaseVerdict::Outside { strikes: 1 });
+        assert_eq!(d.observe(0.3, 40.0), PhaseVerdict::Changed);
     }
 }

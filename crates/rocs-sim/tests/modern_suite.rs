@@ -4,7 +4,10 @@
 //! built-in workloads sized to it (`--scale auto`), through `evaluate_modern` and the page
 //! it renders.
 
-use rocs_sim::closed_loop::{evaluate_modern, Evaluation, LoopConfig};
+use rocs_core::PolluteColours;
+use rocs_sim::closed_loop::{
+    evaluate_modern, run_baseline, run_with_placements, Evaluation, LoopConfig,
+};
 use rocs_sim::{Machine, MachineSpec, Scale, Workload};
 
 fn small_modern() -> MachineSpec {
@@ -85,4 +88,40 @@ fn one_workload_per_kind_through_the_modern_suite() {
     let svg = e.modern_svg("small-modern");
     // Five bars per workload, five legend boxes.
     assert_eq!(svg.matches("<rect x=").count(), 2 * 5 + 5, "{svg}");
+}
+
+/// The suites take the baseline run for two runs they no longer make: the oracle's k = 0
+/// (the pollute colours set, nothing confined, run in windows) and oracle-CAT's first
+/// assignment (every process may use every way). That holds only while those runs are
+/// exactly the baseline, for several tenants too.
+#[test]
+fn the_baseline_stands_for_the_oracles_k_0_and_for_no_cat() {
+    let spec = small_modern();
+    let scale: Scale = "auto:0.02".parse().unwrap();
+    let w = scale
+        .apply(&Workload::resolve("noisy-neighbour").unwrap(), &spec)
+        .unwrap();
+    assert!(w.processes.len() > 1);
+    let make = || Machine::new(&spec, &w, 1);
+    let baseline = run_baseline(&make).unwrap().stats;
+
+    let colours = make().unwrap().llc_geometry().colours();
+    let pollute = PolluteColours::Count((colours / 16).max(1))
+        .resolve(colours)
+        .unwrap();
+    let step = baseline.cycles / 100;
+    let k0 = run_with_placements(&make, &[], &[], step, &pollute).unwrap();
+    assert_eq!(k0, baseline, "the oracle's k = 0 is the baseline");
+
+    let mut no_cat = make().unwrap();
+    let all_ways = (1u64 << no_cat.llc_ways()) - 1;
+    for pid in no_cat.pids() {
+        no_cat.set_way_mask(pid, all_ways).unwrap();
+    }
+    no_cat.run_to_end().unwrap();
+    assert_eq!(
+        no_cat.totals(),
+        baseline,
+        "every way to every process is the baseline"
+    );
 }

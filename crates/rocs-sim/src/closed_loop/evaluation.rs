@@ -5,6 +5,8 @@ use serde::{Deserialize, Serialize};
 
 use rocs_core::Knobs;
 
+use crate::RunStats;
+
 use super::{
     ratio, run_baseline, run_cat, run_oracle, run_rocs, CatRun, LoopConfig, LoopError,
     MachineFactory, RocsRun,
@@ -75,10 +77,10 @@ pub fn evaluate(
     cfg: &LoopConfig,
     progress: &mut dyn FnMut(&str),
 ) -> Result<EvalRow, LoopError> {
-    evaluate_searches(machine, workload, make, cfg, true, progress)
+    evaluate_searches(machine, workload, make, cfg, true, progress).map(|(row, _)| row)
 }
 
-/// [`evaluate`], with linear search or without.
+/// [`evaluate`], with linear search or without; the row and its baseline run.
 fn evaluate_searches(
     machine: &str,
     workload: &str,
@@ -86,7 +88,7 @@ fn evaluate_searches(
     cfg: &LoopConfig,
     with_linear: bool,
     progress: &mut dyn FnMut(&str),
-) -> Result<EvalRow, LoopError> {
+) -> Result<(EvalRow, RunStats), LoopError> {
     progress("baseline");
     let baseline = run_baseline(make)?;
     let window = cfg.window_for(&baseline);
@@ -105,7 +107,14 @@ fn evaluate_searches(
     };
     let colours = make()?.llc_geometry().colours();
     let pollute = cfg.knobs.pollute_colours.resolve(colours)?;
-    let oracle = run_oracle(make, &adaptive, cfg, &pollute, progress)?;
+    let oracle = run_oracle(
+        make,
+        &adaptive,
+        cfg,
+        &pollute,
+        Some(&baseline.stats),
+        progress,
+    )?;
     let b = &baseline.stats;
     let mode = |r: &RocsRun| EvalMode {
         search: r.search.clone(),
@@ -129,7 +138,7 @@ fn evaluate_searches(
         phase_changes_profiled: r.phase_changes_profiled,
         chosen: r.profile_points.iter().map(|p| p.chosen_k).collect(),
     };
-    Ok(EvalRow {
+    let row = EvalRow {
         machine: machine.to_string(),
         workload: workload.to_string(),
         window_cycles: window,
@@ -142,7 +151,8 @@ fn evaluate_searches(
         linear: linear.as_ref().map(mode),
         cat: None,
         prefetch_on_speedup: None,
-    })
+    };
+    Ok((row, baseline.stats))
 }
 
 /// The modern suite's evaluation of one workload: [`evaluate`] without linear search, with
@@ -164,7 +174,7 @@ pub fn evaluate_modern(
     let mut cfg = cfg.clone();
     cfg.knobs.pollute_colours = rocs_core::PolluteColours::Count((colours / 16).max(1));
     cfg.oracle_coarse_first = true;
-    let mut row = evaluate_searches(machine, workload, make, &cfg, false, progress)?;
+    let (mut row, baseline) = evaluate_searches(machine, workload, make, &cfg, false, progress)?;
     let knobs = Knobs {
         search: rocs_core::SearchMode::Adaptive,
         ..cfg.knobs.clone()
@@ -176,13 +186,7 @@ pub fn evaluate_modern(
             row.adaptive.pages_confined,
         )
     } else {
-        run_cat(
-            make,
-            row.baseline_cycles,
-            &knobs,
-            row.window_cycles,
-            progress,
-        )?
+        run_cat(make, &baseline, &knobs, row.window_cycles, progress)?
     });
     if probe
         .spec()

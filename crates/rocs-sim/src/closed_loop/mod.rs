@@ -466,19 +466,21 @@ pub fn compare(
     modes: Modes,
     progress: &mut dyn FnMut(&str),
 ) -> Result<Comparison, LoopError> {
-    compare_on(make, make, cfg, modes, progress)
+    compare_on(make, None, cfg, modes, progress)
 }
 
-/// [`compare`] with rocs and the oracle on machines from `make_rocs` (the same machine
-/// set up otherwise: CAT's way masks, the prefetcher left on while profiling), judged
-/// against the baseline from `make`, as the modern suite's columns are.
+/// [`compare`] with rocs and the oracle on machines from `make_rocs` if given (the same
+/// machine set up otherwise: CAT's way masks, the prefetcher left on while profiling),
+/// judged against the baseline from `make`, as the modern suite's columns are.
 pub fn compare_on(
     make: &MachineFactory<'_>,
-    make_rocs: &MachineFactory<'_>,
+    make_rocs: Option<&MachineFactory<'_>>,
     cfg: &LoopConfig,
     modes: Modes,
     progress: &mut dyn FnMut(&str),
 ) -> Result<Comparison, LoopError> {
+    let same_machine = make_rocs.is_none();
+    let make_rocs = make_rocs.unwrap_or(make);
     progress("baseline");
     let baseline = run_baseline(make)?;
     let window = cfg.window_for(&baseline);
@@ -497,7 +499,9 @@ pub fn compare_on(
         if modes.oracle {
             let colours = make_rocs()?.llc_geometry().colours();
             let pollute = cfg.knobs.pollute_colours.resolve(colours)?;
-            let oracle = run_oracle(make_rocs, &rocs, cfg, &pollute, progress)?;
+            // Only the baseline's own machine runs as the oracle's k = 0 does.
+            let nothing_confined = same_machine.then_some(&out.baseline.stats);
+            let oracle = run_oracle(make_rocs, &rocs, cfg, &pollute, nothing_confined, progress)?;
             out.oracle_speedup = Some(ratio(out.baseline.stats.cycles, oracle.stats.cycles));
             out.fraction_of_oracle = Some(ratio(oracle.stats.cycles, rocs.stats.cycles));
             out.oracle = Some(oracle);

@@ -121,12 +121,15 @@ fn best_within_bound(
 /// `max_slowdown` against the run with nothing confined), as the controller does. The
 /// bound holds against that run, not each profile's own k = 0: judged profile by
 /// profile, slowdowns compound (a tenant of a real pair ended 8% slower through two
-/// profiles' 4-5% each).
+/// profiles' 4-5% each). `nothing_confined` is that run if the caller has it (the
+/// baseline on the same machine: `make`'s machine with nothing confined runs exactly as
+/// it does), saving one run of the workload.
 pub fn run_oracle(
     make: &MachineFactory<'_>,
     rocs: &RocsRun,
     cfg: &LoopConfig,
     pollute: &[rocs_core::Colour],
+    nothing_confined: Option<&RunStats>,
     progress: &mut dyn FnMut(&str),
 ) -> Result<OracleRun, LoopError> {
     // Only profiles whose search finished: the others never changed the placement.
@@ -139,7 +142,10 @@ pub fn run_oracle(
     let step = rocs.window_cycles;
     let start = Instant::now();
     if points.is_empty() {
-        let stats = run_with_placements(make, &[], &[], step, pollute)?;
+        let stats = match nothing_confined {
+            Some(stats) => stats.clone(),
+            None => run_with_placements(make, &[], &[], step, pollute)?,
+        };
         return Ok(OracleRun {
             simulated_accesses: stats.accesses,
             stats,
@@ -150,7 +156,7 @@ pub fn run_oracle(
     let mut ks: Vec<usize> = Vec::new();
     let mut tried: Vec<(usize, usize, u64)> = Vec::new();
     let mut refused: Vec<(usize, usize)> = Vec::new();
-    let mut nothing_confined: Option<RunStats> = None;
+    let mut nothing_confined: Option<RunStats> = nothing_confined.cloned();
     let mut best_stats = None;
     let mut simulated_accesses = 0;
     for (j, p) in points.iter().enumerate() {
@@ -174,9 +180,15 @@ pub fn run_oracle(
                 Ok(())
             };
         // The first profile's k = 0 (tried first) confines nothing anywhere.
-        if nothing_confined.is_none() {
-            eval(0, &mut results)?;
-            nothing_confined = Some(results[&0].1.clone());
+        match &nothing_confined {
+            Some(stats) if j == 0 => {
+                results.insert(0, (stats.cycles, stats.clone()));
+            }
+            Some(_) => {}
+            None => {
+                eval(0, &mut results)?;
+                nothing_confined = Some(results[&0].1.clone());
+            }
         }
         let reference = nothing_confined.as_ref().expect("just set");
         let mut flat = false;

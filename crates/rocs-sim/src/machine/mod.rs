@@ -331,12 +331,19 @@ impl Machine {
         })
     }
 
-    /// Advance the simulated clock by about `cycles`; false once the workload has finished.
+    /// Advance the simulated clock by about `cycles` (several processes: to the end of a
+    /// quantum); false once the workload has finished.
     pub fn run_for(&mut self, cycles: u64) -> bool {
         if self.finished() {
             return false;
         }
-        let target = self.now + cycles;
+        let mut target = self.now + cycles;
+        if self.procs.len() > 1 {
+            // Turns on a fixed grid of quanta: how the caller divides the time (the
+            // controller's windows, an oracle's steps) does not change the order in which
+            // the processes reach the LLC.
+            target = target.next_multiple_of(QUANTUM);
+        }
         let quantum = if self.procs.len() > 1 {
             QUANTUM
         } else if self.procs[0].st.pmu.enabled {
