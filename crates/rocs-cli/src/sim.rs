@@ -20,6 +20,7 @@ use rocs_sim::{
 use serde::Serialize;
 
 mod eval;
+mod journal;
 mod progress;
 mod random;
 mod real;

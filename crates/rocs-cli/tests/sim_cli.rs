@@ -628,6 +628,85 @@ fn the_real_suite_runs_programs_alone_and_in_pairs() {
 }
 
 #[test]
+fn an_evaluation_stopped_part_way_resumes_where_it_stopped() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = |out: &std::path::Path| -> Vec<String> {
+        [
+            "sim",
+            "eval",
+            "--suite",
+            "random",
+            "--machines",
+            "tiny",
+            "--count",
+            "2",
+            "--length",
+            "1000",
+            "--oracle-grid",
+            "2",
+            "--out",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .chain([out.to_str().unwrap().to_string()])
+        .collect()
+    };
+    let out = dir.path().join("out");
+    let journal = out.join("random.journal");
+    // Stopped (killed, as a closed terminal or a shutdown would) once the first case is
+    // in the journal: its header and one case.
+    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("rocsctl"))
+        .args(args(&out))
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let lines = || std::fs::read_to_string(&journal).map_or(0, |t| t.lines().count());
+    while lines() < 2 {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "it ended before it was stopped"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(lines(), 2, "the second case was still running");
+    assert!(!out.join("random.md").exists());
+
+    // The same command runs only the case that had not finished...
+    let (ok, _, err) = run(
+        &args(&out).iter().map(String::as_str).collect::<Vec<_>>(),
+        None,
+    );
+    assert!(ok, "{err}");
+    assert!(
+        err.contains("resuming: 1 of 2 cases finished before"),
+        "{err}"
+    );
+    assert!(err.contains("[2/2]") && !err.contains("[1/2]"), "{err}");
+    assert!(
+        !journal.exists(),
+        "the journal goes once the page is written"
+    );
+    // ...and its page has the rows a run from scratch gives.
+    let fresh = dir.path().join("fresh");
+    let (ok, _, err) = run(
+        &args(&fresh).iter().map(String::as_str).collect::<Vec<_>>(),
+        None,
+    );
+    assert!(ok && !err.contains("resuming"), "{err}");
+    let rows = |d: &std::path::Path| {
+        let text = std::fs::read_to_string(d.join("random.json")).unwrap();
+        let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        for row in v["rows"].as_array_mut().unwrap() {
+            row["wall_seconds"] = serde_json::Value::Null;
+        }
+        v["rows"].clone()
+    };
+    assert_eq!(rows(&out), rows(&fresh));
+}
+
+#[test]
 fn the_pollute_buffer_takes_the_colours_asked_for_and_refuses_all_of_them() {
     let run_with = |colours: &str, json: bool| {
         let mut args = vec![

@@ -13,6 +13,10 @@ use clap::Args;
 use rocs_sim::closed_loop::{self, EvalRow, Evaluation, LoopConfig};
 use rocs_sim::{builtin_machines, builtin_workloads, Machine, MachineSpec, Scale, Workload};
 
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use super::journal::{this_build, Journal};
 use super::progress::Steps;
 use super::{LoopArgs, Mode, SearchArg};
 
@@ -60,7 +64,8 @@ pub struct EvalArgs {
     #[arg(long, default_value_t = 1)]
     pub jobs: usize,
     /// Write the page (README.md, modern.md, random.md, real.md), its SVG charts and its
-    /// JSON here.
+    /// JSON here. While it runs, the finished cases are kept here too (SUITE.journal): the
+    /// same command, run again after a stop, runs only the cases left.
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// paper and modern: run nothing; render the page again from an evaluation's JSON
@@ -167,11 +172,13 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// Run `case(i, steps)` for every `i < total` on `jobs` threads, each case deterministic
-/// by itself; the results in case order.
-pub fn in_parallel<T: Send>(
+/// by itself; the results in case order. Cases the journal holds are taken from it, and
+/// each case that ends is added to it.
+pub fn in_parallel<T: Send + Serialize + DeserializeOwned>(
     jobs: usize,
     total: usize,
     steps: &Steps,
+    journal: Option<&Journal<T>>,
     case: &(dyn Fn(usize, &Steps) -> anyhow::Result<T> + Sync),
 ) -> anyhow::Result<Vec<T>> {
     let next = AtomicUsize::new(0);
@@ -184,7 +191,14 @@ pub fn in_parallel<T: Send>(
                 if i >= total {
                     break;
                 }
-                let result = case(i, steps);
+                let result = match journal.map(|j| (j, j.take(i))) {
+                    Some((_, Some(row))) => Ok(row),
+                    Some((j, None)) => case(i, steps).and_then(|row| {
+                        j.record(i, &row)?;
+                        Ok(row)
+                    }),
+                    None => case(i, steps),
+                };
                 steps.inc();
                 results.lock().expect("no thread panicked")[i] = Some(result);
             });
@@ -196,6 +210,22 @@ pub fn in_parallel<T: Send>(
         .into_iter()
         .map(|r| r.expect("every case ran"))
         .collect()
+}
+
+/// The journal of an evaluation whose page goes to `dir` (none without one): `dir/NAME`,
+/// for `command` (the page's, without `--jobs`) over `cases` cases.
+pub fn journal<T: Serialize + DeserializeOwned>(
+    dir: Option<&Path>,
+    name: &str,
+    command: &str,
+    cases: usize,
+    steps: &Steps,
+) -> anyhow::Result<Option<Journal<T>>> {
+    let Some(dir) = dir else {
+        return Ok(None);
+    };
+    let build = this_build()?;
+    Journal::open(&dir.join(name), command, &build, cases, &|s| steps.line(s)).map(Some)
 }
 
 /// Write `files` (name, text) into `dir`.
@@ -216,11 +246,13 @@ pub fn write_all(dir: &Path, files: &[(String, String)]) -> anyhow::Result<()> {
 /// The paper and modern suites: built-in workloads on each machine (or, with `--from`,
 /// the rows of an earlier run).
 fn builtins(args: EvalArgs, workloads: Vec<&str>, modern: bool) -> anyhow::Result<ExitCode> {
-    let evaluation = match &args.from {
-        Some(path) => stored(path, modern)?,
+    let (evaluation, journal) = match &args.from {
+        Some(path) => (stored(path, modern)?, None),
         None => run_builtins(&args, workloads, modern)?,
     };
-    write_builtins(&args, &evaluation, modern)
+    let code = write_builtins(&args, &evaluation, modern)?;
+    journal.map_or(Ok(()), Journal::remove)?;
+    Ok(code)
 }
 
 /// An evaluation read back from its JSON, its targets checked again.
@@ -247,8 +279,12 @@ fn stored(path: &Path, modern: bool) -> anyhow::Result<Evaluation> {
     Ok(evaluation.rechecked())
 }
 
-/// Run the paper or modern suite.
-fn run_builtins(args: &EvalArgs, workloads: Vec<&str>, modern: bool) -> anyhow::Result<Evaluation> {
+/// Run the paper or modern suite; its journal, to remove once the page is written.
+fn run_builtins(
+    args: &EvalArgs,
+    workloads: Vec<&str>,
+    modern: bool,
+) -> anyhow::Result<(Evaluation, Option<Journal<EvalRow>>)> {
     let cfg = args.config()?;
     let machines = args.machines(if modern {
         &["zen4-like", "spr-like", "neoverse-like"]
@@ -269,12 +305,18 @@ fn run_builtins(args: &EvalArgs, workloads: Vec<&str>, modern: bool) -> anyhow::
         .collect::<anyhow::Result<Vec<_>>>()?;
     let total = pairs.len();
     let steps = Steps::new(Some(total as u64));
+    let name = if modern {
+        "modern.journal"
+    } else {
+        "paper.journal"
+    };
+    let journal = journal(args.out.as_deref(), name, &args.command(""), total, &steps)?;
     let evaluate = if modern {
         closed_loop::evaluate_modern
     } else {
         closed_loop::evaluate
     };
-    let rows = in_parallel(args.jobs, total, &steps, &|i, steps| {
+    let rows = in_parallel(args.jobs, total, &steps, journal.as_ref(), &|i, steps| {
         let (machine, workload) = &pairs[i];
         let make = || Machine::new(machine, workload, args.seed);
         let prefix = format!("[{}/{total}] {} {}: ", i + 1, machine.name, workload.name);
@@ -295,13 +337,8 @@ fn run_builtins(args: &EvalArgs, workloads: Vec<&str>, modern: bool) -> anyhow::
     let length = match args.scale {
         Scale::Length(v) | Scale::Auto { length: v } => v,
     };
-    Ok(Evaluation::new(
-        args.command(""),
-        args.seed,
-        length,
-        args.windows,
-        rows?,
-    ))
+    let evaluation = Evaluation::new(args.command(""), args.seed, length, args.windows, rows?);
+    Ok((evaluation, journal))
 }
 
 /// Write the page, its JSON and its charts to `--out`, and print the page (or its JSON).

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use rocs_sim::closed_loop::{random_cases, run_case, RandomCampaign};
 
-use super::eval::{all_machines, in_parallel, write_all, EvalArgs};
+use super::eval::{all_machines, in_parallel, journal, write_all, EvalArgs};
 use super::progress::Steps;
 
 /// The subdirectory of --out that holds the generated workloads.
@@ -25,7 +25,19 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
     let cases = random_cases(args.seed, args.count, &machines, args.length);
     let total = cases.len();
     let steps = Steps::new(Some(total as u64));
-    let rows = in_parallel(args.jobs, total, &steps, &|i, steps| {
+    let mut extra = format!(" --count {}", args.count);
+    if args.length != closed_loop_default_length() {
+        extra += &format!(" --length {}", args.length);
+    }
+    let command = args.command(&extra);
+    let journal = journal(
+        args.out.as_deref(),
+        "random.journal",
+        &command,
+        total,
+        &steps,
+    )?;
+    let rows = in_parallel(args.jobs, total, &steps, journal.as_ref(), &|i, steps| {
         let case = &cases[i];
         let prefix = format!(
             "[{}/{total}] {} {}: ",
@@ -49,10 +61,6 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
         Ok(row)
     });
     steps.finish();
-    let mut extra = format!(" --count {}", args.count);
-    if args.length != closed_loop_default_length() {
-        extra += &format!(" --length {}", args.length);
-    }
     if args.jobs > 1 {
         extra += &format!(" --jobs {}", args.jobs);
     }
@@ -73,6 +81,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
         }
         write_all(dir, &files)?;
     }
+    journal.map_or(Ok(()), |j| j.remove())?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&campaign)?);
     } else {

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use rocs_sim::closed_loop::real::{run_real, Manifest, RealSuite};
 
-use super::eval::{all_machines, in_parallel, write_all, EvalArgs};
+use super::eval::{all_machines, in_parallel, journal, write_all, EvalArgs};
 use super::progress::Steps;
 
 pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
@@ -28,7 +28,10 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
         .collect();
     let total = runs.len();
     let steps = Steps::new(Some(total as u64));
-    let rows = in_parallel(args.jobs, total, &steps, &|i, steps| {
+    let out = args.out.clone().unwrap_or_else(|| dir.clone());
+    let command = args.command(&format!(" --traces {}", dir.display()));
+    let journal = journal(Some(&out), "real.journal", &command, total, &steps)?;
+    let rows = in_parallel(args.jobs, total, &steps, journal.as_ref(), &|i, steps| {
         let (machine, case) = runs[i];
         let prefix = format!("[{}/{total}] {} {}: ", i + 1, machine.name, case.name);
         let mut report = |what: &str| steps.step(&format!("{prefix}{what}"));
@@ -44,9 +47,8 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
         Ok(row)
     });
     steps.finish();
-    let out = args.out.clone().unwrap_or_else(|| dir.clone());
     let suite = RealSuite {
-        command: args.command(&format!(" --traces {}", dir.display())),
+        command,
         seed: args.seed,
         rows: rows?,
     };
@@ -62,6 +64,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
         files.extend(suite.svgs(&m));
     }
     write_all(&out, &files)?;
+    journal.map_or(Ok(()), |j| j.remove())?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&suite)?);
     } else {

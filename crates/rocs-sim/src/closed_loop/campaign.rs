@@ -6,7 +6,7 @@
 use std::fmt::Write;
 use std::time::Instant;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::random::{case_seed, random_workload};
 use super::render::{table, targets};
@@ -67,7 +67,7 @@ pub fn random_cases(
 }
 
 /// What one case gave.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RandomRow {
     pub index: u64,
     pub seed: u64,

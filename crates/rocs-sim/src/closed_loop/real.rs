@@ -183,7 +183,7 @@ pub fn machine_for(case: &RealCase, spec: &MachineSpec, seed: u64) -> Result<Mac
 }
 
 /// What one case gave on one machine, or why it did not run.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RealRow {
     pub machine: String,
     pub case: String,
