@@ -1,7 +1,7 @@
 //! The Machine API the controller drives: determinism, run_for, the platform traits.
 
 use rocs_core::{
-    Colour, Counters, DataSource, Errno, Placement, Remapper, Sampler, SamplingPlan, VirtPage,
+    Colour, Counters, DataSource, Errno, Pid, Placement, Remapper, Sampler, SamplingPlan, VirtPage,
 };
 use rocs_sim::{Machine, MachineSpec, Workload};
 
@@ -168,8 +168,8 @@ fn a_trace_replays_with_frames_and_its_pages_can_be_migrated() {
     assert!(res.iter().all(|r| *r == Ok(Colour(15))), "{res:?}");
 }
 
-#[test]
-fn sampling_stays_within_its_cpu_budget_by_raising_the_period() {
+/// A machine whose one process samples every event, allowed `cpu_budget` of its core.
+fn sampling_every_event(cpu_budget: f64) -> (Machine, Pid) {
     let p = MachineSpec::resolve("tiny").unwrap();
     let w = Workload::from_toml("small.toml", SMALL)
         .unwrap()
@@ -180,10 +180,16 @@ fn sampling_stays_within_its_cpu_budget_by_raising_the_period() {
         pid,
         &SamplingPlan {
             period: 1,
-            cpu_budget: 0.01,
+            cpu_budget,
         },
     )
     .unwrap();
+    (m, pid)
+}
+
+#[test]
+fn sampling_stays_within_its_cpu_budget_by_raising_the_period() {
+    let (mut m, pid) = sampling_every_event(0.01);
     let mut out = Vec::new();
     let mut throttled = 0;
     for _ in 0..40 {
@@ -206,20 +212,7 @@ fn sampling_stays_within_its_cpu_budget_by_raising_the_period() {
 /// window ends (the random suite's windows are a seventh of it).
 #[test]
 fn a_window_shorter_than_the_budget_window_costs_about_the_budget() {
-    let p = MachineSpec::resolve("tiny").unwrap();
-    let w = Workload::from_toml("small.toml", SMALL)
-        .unwrap()
-        .scaled(20.0);
-    let mut m = Machine::new(&p, &w, 2).unwrap();
-    let pid = m.pids()[0];
-    m.start(
-        pid,
-        &SamplingPlan {
-            period: 1,
-            cpu_budget: 0.1,
-        },
-    )
-    .unwrap();
+    let (mut m, _) = sampling_every_event(0.1);
     m.run_for(2_000_000);
     let t = m.totals();
     let share = t.sampling_overhead_cycles as f64 / t.cycles as f64;
