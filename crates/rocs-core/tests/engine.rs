@@ -353,11 +353,17 @@ fn searched_by_the_streamer(
     ipc: impl Fn(Pid, &FakeMachine) -> f64 + 'static,
     streamer_background: bool,
 ) -> Domain {
+    searched_by_the_streamer_with(ipc, |k| k.background = streamer_background)
+}
+
+/// [`searched_by_the_streamer`], the streamer's knobs set by `set`.
+fn searched_by_the_streamer_with(
+    ipc: impl Fn(Pid, &FakeMachine) -> f64 + 'static,
+    set: impl FnOnce(&mut Knobs),
+) -> Domain {
     let mut d = Domain::new(FakeMachine::new(&[(1, 0x1000), (2, 0x2000)], ipc));
-    let knobs = Knobs {
-        background: streamer_background,
-        ..d.engine.controller(1).expect("attached").knobs().clone()
-    };
+    let mut knobs = d.engine.controller(1).expect("attached").knobs().clone();
+    set(&mut knobs);
     d.engine
         .attach(Controller::new(1, knobs, SHIFT, COLOURS).expect("valid knobs"));
     for _ in 0..80 {
@@ -635,25 +641,93 @@ fn a_placement_chosen_for_a_sharer_goes_back_when_the_sharer_exits() {
     assert!(said, "{:?}", d.events[&1]);
 }
 
+/// Confining target 1 gains it 60% beside target 2, and costs it a third alone (a random
+/// tenant kept 5 pages that had paid 11% beside its sharer, and ran at half its pace with
+/// them once alone: its phase detector learnt the new mix's pace as normal).
+fn loses_alone(pid: Pid, m: &FakeMachine) -> f64 {
+    match (pid, m.confining(1), m.first.len() > 1) {
+        (1, true, true) => 0.8,
+        (1, false, true) => 0.5,
+        (1, true, false) => 0.6,
+        (1, false, false) => 0.9,
+        (_, true, _) => 0.22,
+        (_, false, _) => 0.2,
+    }
+}
+
+/// Target 1's own placement, chosen beside target 2 (target 1's knobs set by `set`).
+fn own_placement_then_the_sharer_exits(
+    ipc: impl Fn(Pid, &FakeMachine) -> f64 + 'static,
+    set: impl FnOnce(&mut Knobs),
+) -> Domain {
+    let mut d = searched_by_the_streamer_with(ipc, set);
+    assert!(d.machine.confining(1), "{:?}", d.events[&1]);
+    assert_eq!(d.state(1), State::Steady, "{:?}", d.events[&1]);
+    let mut out = Vec::new();
+    d.driver.exited(&mut d.engine, &mut d.machine, 2, &mut out);
+    d.note(out);
+    d.machine.first.remove(&2);
+    d
+}
+
+/// [`own_placement_then_the_sharer_exits`], watched until target 1's placement has been
+/// measured again.
+fn own_placement_after_the_sharer_exits(
+    ipc: impl Fn(Pid, &FakeMachine) -> f64 + 'static,
+) -> Domain {
+    let mut d = own_placement_then_the_sharer_exits(ipc, |_| {});
+    let before = d.events[&1].len();
+    for _ in 0..40 {
+        d.window();
+        let done = d.events[&1][before..]
+            .iter()
+            .any(|e| matches!(e, EventKind::SearchDone { .. }));
+        if done && d.state(1) == State::Steady {
+            break;
+        }
+    }
+    let said = d.events[&1][before..].iter().any(|e| {
+        matches!(e, EventKind::Transition { from: State::Steady, to: State::Search, reason }
+            if reason.contains("measured against k = 0 again"))
+    });
+    assert!(said, "{:?}", &d.events[&1][before..]);
+    assert_eq!(d.state(1), State::Steady, "{:?}", &d.events[&1][before..]);
+    d
+}
+
 #[test]
-fn a_placement_of_the_searchers_own_stays_when_a_sharer_exits() {
-    // Confining target 1 gains target 1 itself most: its placement is its own.
+fn a_placement_of_the_searchers_own_that_still_pays_stays_when_a_sharer_exits() {
+    // Confining target 1 gains target 1 itself most, beside target 2 and alone.
     let ipc = |pid: Pid, m: &FakeMachine| match (pid, m.confining(1)) {
         (1, true) => 0.8,
         (1, false) => 0.5,
         (_, true) => 0.22,
         (_, false) => 0.2,
     };
-    let mut d = searched_by_the_streamer(ipc, false);
+    let d = own_placement_after_the_sharer_exits(ipc);
     assert!(d.machine.confining(1), "{:?}", d.events[&1]);
-    let mut out = Vec::new();
-    d.driver.exited(&mut d.engine, &mut d.machine, 2, &mut out);
-    d.note(out);
-    d.machine.first.remove(&2);
-    for _ in 0..5 {
+}
+
+#[test]
+fn a_placement_of_the_searchers_own_that_loses_alone_goes_back_when_a_sharer_exits() {
+    let d = own_placement_after_the_sharer_exits(loses_alone);
+    assert!(!d.machine.confining(1), "{:?}", d.events[&1]);
+}
+
+#[test]
+fn measuring_a_placement_again_waits_for_the_attempt_budget() {
+    // Moving the placement's pages three times would cost more than a millionth of the
+    // cycles target 1 has run: it keeps its placement, and says why.
+    let mut d = own_placement_then_the_sharer_exits(loses_alone, |k| k.overhead_budget = 1e-6);
+    for _ in 0..20 {
         d.window();
     }
     assert!(d.machine.confining(1), "{:?}", d.events[&1]);
+    let said = d.events[&1].iter().any(|e| {
+        matches!(e, EventKind::Transition { from: State::Steady, to: State::Steady, reason }
+            if reason.contains("kept as it is until that fits"))
+    });
+    assert!(said, "{:?}", d.events[&1]);
 }
 
 #[test]

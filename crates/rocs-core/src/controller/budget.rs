@@ -82,6 +82,12 @@ impl Spending {
         self.fruitless_cycles <= self.share(budget) * self.cycles_seen as f64
     }
 
+    /// Whether an attempt that may cost `cycles` fits in `budget` now, with what fruitless
+    /// attempts have cost already.
+    pub fn affords(&self, budget: f64, cycles: f64) -> bool {
+        self.fruitless_cycles + cycles <= self.share(budget) * self.cycles_seen as f64
+    }
+
     /// What the attempt in progress will have cost once it spends `next` more cycles, if
     /// that is more than `gain` (a relative gain) could win back over as many cycles again
     /// as the target has run. The target's future is unknown; the past is the estimate

@@ -140,6 +140,16 @@ pub struct Controller {
     /// The other targets of the LLC the kept placement was chosen for (empty when it is
     /// this target's own; see `Controller::undo_for_sharers`).
     beneficiaries: BTreeSet<Pid>,
+    /// The kept placement's `k`, and the other targets of the LLC that ran while it was
+    /// measured (see `Controller::reverify`).
+    placed: Option<(usize, BTreeSet<Pid>)>,
+    /// A target the kept placement was measured beside no longer runs: the placement is
+    /// to be measured again once the turn is free and the budget allows.
+    reverify_due: bool,
+    /// Said that the re-verification waits for the budget (once per change of sharers).
+    reverify_waits: bool,
+    /// The other targets of the LLC that ran in the last window.
+    sharers_now: BTreeSet<Pid>,
     /// The IPC of the last window that ran unsampled with no search under way.
     unsampled_ipc: Option<f64>,
     /// A move was made just before this window: not a clean phase reference.
@@ -179,6 +189,10 @@ impl Controller {
             spending: Spending::default(),
             sampling_ns: 0,
             beneficiaries: BTreeSet::new(),
+            placed: None,
+            reverify_due: false,
+            reverify_waits: false,
+            sharers_now: BTreeSet::new(),
             unsampled_ipc: None,
             llc_lines: 0,
             llc_room_pages: 0,
@@ -354,9 +368,16 @@ impl Controller {
             .llc_misses_seen
             .saturating_add(delta.llc_misses)
             .saturating_add(context.sharer_misses);
+        self.sharers_now.clone_from(&context.running_sharers);
         if context.sharers_changed {
             self.abandon_attempt(out);
             self.undo_for_sharers(&context.running_sharers, out);
+            self.reverify_waits = false;
+            self.reverify_due = matches!(self.stage, Stage::Steady { .. })
+                && self
+                    .placed
+                    .as_ref()
+                    .is_some_and(|(_, among)| !among.is_subset(&context.running_sharers));
         }
         // A window in which the target did not run says nothing about it.
         let ran = delta.cycles > 0 && delta.instructions > 0;
@@ -501,6 +522,9 @@ impl Controller {
         if self.pages.in_flight() > 0 || std::mem::take(&mut self.skip_window) {
             return;
         }
+        if turn == Turn::Granted && self.reverify_due && self.reverify(out) {
+            return;
+        }
         let Stage::Steady {
             windows,
             cooldown,
@@ -555,6 +579,8 @@ impl Controller {
     fn start_profile(&mut self, reason: String, out: &mut Vec<Action>) {
         self.spending.start();
         self.beneficiaries.clear();
+        self.placed = None;
+        self.reverify_due = false;
         self.profile.clear();
         self.pages.forget_failures();
         self.stats.profiles += 1;

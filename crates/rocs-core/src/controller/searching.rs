@@ -8,6 +8,7 @@ use super::group::GroupJudge;
 use super::messages::{Action, ColourReport, EventKind, MemberWindow, SharerPace, WindowContext};
 use super::{Controller, Stage};
 use crate::knobs::SearchMode;
+use crate::phase::PhaseDetector;
 use crate::regions::{build_stack, Region, RegionParams, StackBuild};
 use crate::search::{resolvable_gain, Next, Search};
 use crate::{CounterDelta, MissRateStack, PageProfile, Pid, VirtPage};
@@ -69,6 +70,9 @@ pub(super) struct SearchRun {
     started_at: u64,
     /// Judged by the LLC group's score rather than the target's own IPC.
     judged_by_group: bool,
+    /// Whether it is judged by the group is learnt from its first window (a search that
+    /// did not start from a profile, which held the turn and knew).
+    judge_pending: bool,
     /// Judged by the LLC group: the windows measured at the current placement, and each
     /// member's IPC at k = 0.
     group: GroupJudge,
@@ -361,9 +365,84 @@ impl Controller {
         self.move_back_and_observe(reason, out);
     }
 
+    /// A kept placement was measured beside a target that no longer runs: what it gained
+    /// then says nothing of what it does under the new mix. A
+    /// tenant kept 5 pages confined that had paid 11% beside a sharer; alone once the
+    /// sharer ended, it ran at half its pace with them for the rest of its run (0.53 of
+    /// off), and its phase detector, which learns its reference afresh under a new mix,
+    /// saw nothing. The placement is measured against k = 0 again, in the balanced blocks
+    /// that verify a choice, and kept only if it still wins.
+    ///
+    /// Measuring it again is an attempt: it may move the placement's pages three times
+    /// (to k = 0, back, and to k = 0 again if it lost), and it waits until that fits the
+    /// share of its cycles attempts may cost (`overhead_budget`). Returns whether the
+    /// re-verification started.
+    pub(super) fn reverify(&mut self, out: &mut Vec<Action>) -> bool {
+        let Some((k, among)) = self.placed.clone() else {
+            self.reverify_due = false;
+            return false;
+        };
+        let names = |set: &BTreeSet<Pid>| {
+            let v: Vec<String> = set.iter().map(|p| format!("pid {p}")).collect();
+            if v.is_empty() {
+                "none".to_string()
+            } else {
+                v.join(", ")
+            }
+        };
+        let change = format!(
+            "the targets sharing the LLC changed since the kept placement (k = {k}) was \
+             measured (then: {}; now: {})",
+            names(&among),
+            names(&self.sharers_now)
+        );
+        let cost = 3.0 * k as f64 * self.knobs.migration_cost_cycles as f64;
+        if !self.spending.affords(self.knobs.overhead_budget, cost) {
+            if !std::mem::replace(&mut self.reverify_waits, true) {
+                let (spent, share) = self.spending.shares(self.knobs.overhead_budget);
+                let reason = format!(
+                    "{change}; measuring it against k = 0 again may move {} pages ({:.2} M \
+                     cycles), which with the {:.2}% of its cycles fruitless attempts cost is \
+                     over the {:.2}% allowed now: kept as it is until that fits",
+                    3 * k,
+                    cost / 1e6,
+                    spent * 100.0,
+                    share * 100.0
+                );
+                let steady = Stage::Steady {
+                    windows: 0,
+                    cooldown: 0,
+                    phase: PhaseDetector::new(self.knobs.phase_band, self.knobs.phase_windows),
+                };
+                self.transition(steady, reason, out);
+            }
+            return false;
+        }
+        self.reverify_due = false;
+        let n = self.build.stack.len();
+        let mut search = Search::new(&self.knobs, n, self.build.stack.boundaries());
+        if k > n || !search.reverify(k) {
+            return false;
+        }
+        self.placed = None;
+        self.spending.start();
+        self.search = Some(search);
+        self.stats.searches += 1;
+        let run = SearchRun {
+            started_at: self.stats.windows,
+            judge_pending: true,
+            ..SearchRun::default()
+        };
+        let reason = format!("{change}: it is measured against k = 0 again");
+        self.transition(Stage::Search(Box::new(run)), reason, out);
+        true
+    }
+
     /// Move the pages this target's searches confined back (those its last profile saw),
     /// through a search that has already chosen k = 0, then observe afresh.
     fn move_back_and_observe(&mut self, reason: String, out: &mut Vec<Action>) {
+        self.placed = None;
+        self.reverify_due = false;
         let run = SearchRun {
             final_k: Some(0),
             abandoned: Some("the confined pages are back; the target is observed afresh"),
@@ -399,6 +478,18 @@ impl Controller {
         self.skip_window = false;
         let worth = self.worth_profiling(delta);
         let pid = self.pid;
+        let judge_now = match &mut self.stage {
+            Stage::Search(run) => std::mem::take(&mut run.judge_pending),
+            _ => false,
+        };
+        if judge_now && group.is_some() {
+            if let Some(s) = self.search.as_mut() {
+                s.judged_by_group();
+            }
+            if let Some(run) = self.run_mut() {
+                run.judged_by_group = true;
+            }
+        }
         let Some(run) = self.run_mut() else {
             return;
         };
@@ -589,6 +680,7 @@ impl Controller {
                 self.remembered.truncate(PHASES_REMEMBERED);
             }
             self.beneficiaries = beneficiaries;
+            self.placed = (k > 0).then(|| (k, self.sharers_now.clone()));
             self.run_mut().expect("searching").final_k = Some(k);
             let done = EventKind::SearchDone {
                 k,

@@ -201,6 +201,13 @@ impl AdaptiveSearch {
         }
     }
 
+    /// See [`super::Search::reverify`].
+    pub fn reverify(&mut self, k: usize) {
+        if k > 0 && k <= self.n {
+            self.stage = Stage::Verify { k, from: 0 };
+        }
+    }
+
     /// See [`super::Search::recall`].
     pub fn recall(&mut self, k: usize, accept_above: f64) {
         if k > 0 && k <= self.n {

@@ -254,6 +254,19 @@ impl Search {
         }
     }
 
+    /// Measure a placement already made, `k`, against k = 0 in the balanced blocks that
+    /// verify a choice, and choose between the two only. Adaptive search only (returns
+    /// false for linear search, which is Algorithm 1 as the paper has it).
+    pub fn reverify(&mut self, k: usize) -> bool {
+        match self.adaptive.as_mut() {
+            Some(a) => {
+                a.reverify(k);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Whether a point measured so far beats k = 0 beyond noise (adaptive search; linear
     /// search does not judge until its end).
     pub fn has_gain(&self) -> bool {
