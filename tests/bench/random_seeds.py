@@ -3,7 +3,7 @@
 
 A multi-tenant run's outcome turns on the timing of its tenants' phases, so one campaign
 cannot tell a controller change from noise: the same build, with every run's seed moved by
-one, went from 105 to 97 runs below 0.99 and from a worst run of 0.879 to one of 0.527.
+one, went from 105 to 98 runs below 0.99 and from a worst run of 0.879 to one of 0.527.
 This replays every workload of a random page (its JSON: the TOMLs beside it, the machine,
 the run's seed) in rocs mode with each given rocsctl, the seed moved by each --offset, and
 prints per build and offset: runs below 0.99 of off, the worst run, the geometric mean.
