@@ -79,7 +79,7 @@ impl Spending {
 
     /// Whether a new attempt fits in `budget` (a share of the cycles seen).
     pub fn may_try(&self, budget: f64) -> bool {
-        self.fruitless_cycles <= self.share(budget) * self.cycles_seen as f64
+        self.affords(budget, 0.0)
     }
 
     /// Whether an attempt that may cost `cycles` fits in `budget` now, with what fruitless

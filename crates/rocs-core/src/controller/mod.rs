@@ -639,12 +639,16 @@ impl Controller {
         } else {
             (FRUITLESS_COOLDOWN << (self.fruitless - 1).min(6)).min(FRUITLESS_COOLDOWN_MAX)
         };
-        let steady = Stage::Steady {
+        self.transition(self.steady(cooldown), reason, out);
+    }
+
+    /// A fresh Steady stage that ignores phase changes for its first `cooldown` windows.
+    fn steady(&self, cooldown: u32) -> Stage {
+        Stage::Steady {
             windows: 0,
             cooldown,
             phase: PhaseDetector::new(self.knobs.phase_band, self.knobs.phase_windows),
-        };
-        self.transition(steady, reason, out);
+        }
     }
 
     fn on_migrated(&mut self, report: MigrationReport, out: &mut Vec<Action>) {

@@ -8,7 +8,6 @@ use super::group::GroupJudge;
 use super::messages::{Action, ColourReport, EventKind, MemberWindow, SharerPace, WindowContext};
 use super::{Controller, Stage};
 use crate::knobs::SearchMode;
-use crate::phase::PhaseDetector;
 use crate::regions::{build_stack, Region, RegionParams, StackBuild};
 use crate::search::{resolvable_gain, Next, Search};
 use crate::{CounterDelta, MissRateStack, PageProfile, Pid, VirtPage};
@@ -354,13 +353,9 @@ impl Controller {
         {
             return;
         }
-        let gone: Vec<String> = std::mem::take(&mut self.beneficiaries)
-            .iter()
-            .map(|p| p.to_string())
-            .collect();
+        let gone = pids(&std::mem::take(&mut self.beneficiaries));
         let reason = format!(
-            "the targets this placement was chosen for (pid {}) no longer run: its pages go back",
-            gone.join(", pid ")
+            "the targets this placement was chosen for ({gone}) no longer run: its pages go back"
         );
         self.move_back_and_observe(reason, out);
     }
@@ -378,44 +373,35 @@ impl Controller {
     /// share of its cycles attempts may cost (`overhead_budget`). Returns whether the
     /// re-verification started.
     pub(super) fn reverify(&mut self, out: &mut Vec<Action>) -> bool {
-        let Some((k, among)) = self.placed.clone() else {
+        let Some((k, among)) = &self.placed else {
             self.reverify_due = false;
             return false;
         };
-        let names = |set: &BTreeSet<Pid>| {
-            let v: Vec<String> = set.iter().map(|p| format!("pid {p}")).collect();
-            if v.is_empty() {
-                "none".to_string()
-            } else {
-                v.join(", ")
-            }
-        };
+        let k = *k;
+        let cost = 3.0 * k as f64 * self.knobs.migration_cost_cycles as f64;
+        let affordable = self.spending.affords(self.knobs.overhead_budget, cost);
+        if !affordable && self.reverify_waits {
+            return false;
+        }
         let change = format!(
             "the targets sharing the LLC changed since the kept placement (k = {k}) was \
              measured (then: {}; now: {})",
-            names(&among),
-            names(&self.sharers_now)
+            pids(among),
+            pids(&self.sharers_now)
         );
-        let cost = 3.0 * k as f64 * self.knobs.migration_cost_cycles as f64;
-        if !self.spending.affords(self.knobs.overhead_budget, cost) {
-            if !std::mem::replace(&mut self.reverify_waits, true) {
-                let (spent, share) = self.spending.shares(self.knobs.overhead_budget);
-                let reason = format!(
-                    "{change}; measuring it against k = 0 again may move {} pages ({:.2} M \
-                     cycles), which with the {:.2}% of its cycles fruitless attempts cost is \
-                     over the {:.2}% allowed now: kept as it is until that fits",
-                    3 * k,
-                    cost / 1e6,
-                    spent * 100.0,
-                    share * 100.0
-                );
-                let steady = Stage::Steady {
-                    windows: 0,
-                    cooldown: 0,
-                    phase: PhaseDetector::new(self.knobs.phase_band, self.knobs.phase_windows),
-                };
-                self.transition(steady, reason, out);
-            }
+        if !affordable {
+            self.reverify_waits = true;
+            let (spent, share) = self.spending.shares(self.knobs.overhead_budget);
+            let reason = format!(
+                "{change}; measuring it against k = 0 again may move {} pages ({:.2} M \
+                 cycles), which with the {:.2}% of its cycles fruitless attempts cost is \
+                 over the {:.2}% allowed now: kept as it is until that fits",
+                3 * k,
+                cost / 1e6,
+                spent * 100.0,
+                share * 100.0
+            );
+            self.transition(self.steady(0), reason, out);
             return false;
         }
         self.reverify_due = false;
@@ -948,6 +934,15 @@ impl Controller {
         out.extend(moves.actions);
         moves.complete
     }
+}
+
+/// A set of pids as the controller's reasons name them: "pid 1, pid 2", or "none".
+fn pids(set: &BTreeSet<Pid>) -> String {
+    if set.is_empty() {
+        return "none".to_string();
+    }
+    let named: Vec<String> = set.iter().map(|p| format!("pid {p}")).collect();
+    named.join(", ")
 }
 
 /// Whether the current profile saw a page. Confined pages it did not see stay where they
