@@ -6,7 +6,9 @@ cannot tell a controller change from noise: the same build, with every run's see
 one, went from 105 to 98 runs below 0.99 and from a worst run of 0.879 to one of 0.527.
 This replays every workload of a random page (its JSON: the TOMLs beside it, the machine,
 the run's seed) in rocs mode with each given rocsctl, the seed moved by each --offset, and
-prints per build and offset: runs below 0.99 of off, the worst run, the geometric mean.
+prints per build and offset: runs below 0.99 of off, the worst run, the median and the
+geometric mean. --where-oracle-gains 0.05 keeps only the runs where the page's oracle gains
+5%, to see what a change costs in gains.
 
     tests/bench/random_seeds.py --page docs/evaluation/random.json --offset 1 --offset 2 \\
         OLD_ROCSCTL NEW_ROCSCTL
@@ -16,6 +18,7 @@ import argparse
 import json
 import math
 import os
+import statistics
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
@@ -36,9 +39,14 @@ def main():
     ap.add_argument("--page", default="docs/evaluation/random.json")
     ap.add_argument("--offset", type=int, action="append", help="added to each run's seed")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--where-oracle-gains", type=float, metavar="G",
+                    help="only the runs whose oracle speedup on the page is at least 1 + G "
+                         "(0.05: the runs the page judges by fraction of the oracle)")
     ap.add_argument("rocsctl", nargs="+")
     args = ap.parse_args()
     rows = json.load(open(args.page))["rows"]
+    if args.where_oracle_gains is not None:
+        rows = [r for r in rows if r["oracle_speedup"] >= 1 + args.where_oracle_gains]
     page_dir = os.path.dirname(os.path.abspath(args.page))
     with ThreadPoolExecutor(args.jobs) as pool:
         for offset in args.offset or [0]:
@@ -47,7 +55,7 @@ def main():
                 geomean = math.exp(sum(map(math.log, got)) / len(got))
                 print(f"seed +{offset} {binary}: {len(got)} runs, "
                       f"{sum(s < 0.99 for s in got)} below 0.99, worst {min(got):.3f}, "
-                      f"geomean {geomean:.4f}", flush=True)
+                      f"median {statistics.median(got):.4f}, geomean {geomean:.4f}", flush=True)
 
 
 if __name__ == "__main__":
