@@ -47,6 +47,9 @@ def main():
     rows = json.load(open(args.page))["rows"]
     if args.where_oracle_gains is not None:
         rows = [r for r in rows if r["oracle_speedup"] >= 1 + args.where_oracle_gains]
+        if not rows:
+            raise SystemExit(f"{args.page}: no run where the oracle gains "
+                             f"{args.where_oracle_gains:.0%}; give a smaller --where-oracle-gains")
     page_dir = os.path.dirname(os.path.abspath(args.page))
     with ThreadPoolExecutor(args.jobs) as pool:
         for offset in args.offset or [0]:
