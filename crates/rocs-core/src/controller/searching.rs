@@ -79,8 +79,6 @@ pub(super) struct SearchRun {
     /// search's first k = 0 windows apart: how much a window scatters.
     profile_ipcs: Vec<f64>,
     unmoved: Vec<f64>,
-    /// Judged by the LLC group: its scores at k = 0 before any move.
-    unmoved_scores: Vec<f64>,
     /// The search ended before its first move because the windows scatter too much to
     /// tell any gain the profile promises: the smallest relative gain they could tell.
     too_noisy: Option<f64>,
@@ -517,9 +515,6 @@ impl Controller {
             }
         }
         run.measuring = None;
-        if run.judged_by_group && k == 0 && run.moved_at.is_none() {
-            run.unmoved_scores.push(value);
-        }
         if k == 0 {
             if worth {
                 run.baseline_loud += 1;
@@ -783,12 +778,22 @@ impl Controller {
         let repeats = self.knobs.search_max_repeats;
         if run.judged_by_group {
             // The search decides on the group's score, which scatters with every sharer's
-            // phases: its own scatter at k = 0 is what a probe must rise above.
+            // phases: its own scatter at k = 0 is what a probe must rise above. Before the
+            // first probe, the search's k = 0 measurements are those scores.
             const GROUP_UNMOVED: usize = 3;
-            if run.unmoved_scores.len() < GROUP_UNMOVED {
+            let scores: Vec<f64> = self
+                .search
+                .as_ref()
+                .map(|s| s.measurements().in_order())
+                .unwrap_or_default()
+                .iter()
+                .filter(|w| w.k == 0)
+                .map(|w| w.ipc)
+                .collect();
+            if scores.len() < GROUP_UNMOVED {
                 return Scatter::Unsure;
             }
-            return match resolvable_gain(&[run.unmoved_scores.as_slice()], repeats) {
+            return match resolvable_gain(&[scores.as_slice()], repeats) {
                 Some(r) if r > promise => Scatter::TooNoisy(r),
                 _ => Scatter::Quiet,
             };
