@@ -8,7 +8,10 @@ This replays every workload of a random page (its JSON: the TOMLs beside it, the
 the run's seed) in rocs mode with each given rocsctl, the seed moved by each --offset, and
 prints per build and offset: runs below 0.99 of off, the worst run, the median and the
 geometric mean. --where-oracle-gains 0.05 keeps only the runs where the page's oracle gains
-5%, to see what a change costs in gains.
+5%, to see what a change costs in gains. --losses also says where the runs below 0.99 lose:
+summed over each such run's slowest tenant, its cycles over its baseline's less one, split
+into what page migrations and sampling cost it and the rest (probes at worse placements,
+the prefetcher off while profiling, other tenants' placements).
 
     tests/bench/random_seeds.py --page docs/evaluation/random.json --offset 1 --offset 2 \\
         OLD_ROCSCTL NEW_ROCSCTL
@@ -23,7 +26,8 @@ import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
 
-def speedup(binary, page_dir, row, offset):
+def run_rocs(binary, page_dir, row, offset):
+    """The run's `sim run --json` output."""
     command = [binary, "sim", "run", "--workload",
                os.path.join(page_dir, "random", row["workload"] + ".toml"),
                "--machine", row["machine"], "--seed", str((row["seed"] + offset) % 2**64),
@@ -31,7 +35,19 @@ def speedup(binary, page_dir, row, offset):
     run = subprocess.run(command, capture_output=True, text=True)
     if run.returncode != 0:
         raise SystemExit(f"{' '.join(command)} failed:\n{run.stderr}")
-    return json.loads(run.stdout)["speedup"]
+    return json.loads(run.stdout)
+
+
+def slowest_tenant_loss(result):
+    """The slowest tenant's loss, split: (total, migrations, sampling), each as a share of
+    its baseline cycles."""
+    base, rocs = result["modes"]["baseline"], result["modes"]["rocs"]
+    losses = []
+    for b, r in zip(base["processes"], rocs["processes"]):
+        cycles = b["cycles"] or 1
+        losses.append((r["cycles"] / cycles - 1, r["migration_overhead_cycles"] / cycles,
+                       r["sampling_overhead_cycles"] / cycles))
+    return max(losses)
 
 
 def main():
@@ -42,6 +58,8 @@ def main():
     ap.add_argument("--where-oracle-gains", type=float, metavar="G",
                     help="only the runs whose oracle speedup on the page is at least 1 + G "
                          "(0.05: the runs the page judges by fraction of the oracle)")
+    ap.add_argument("--losses", action="store_true",
+                    help="also split the losses of the runs below 0.99 by cause")
     ap.add_argument("rocsctl", nargs="+")
     args = ap.parse_args()
     rows = json.load(open(args.page))["rows"]
@@ -54,11 +72,18 @@ def main():
     with ThreadPoolExecutor(args.jobs) as pool:
         for offset in args.offset or [0]:
             for binary in args.rocsctl:
-                got = list(pool.map(lambda r: speedup(binary, page_dir, r, offset), rows))
+                results = list(pool.map(lambda r: run_rocs(binary, page_dir, r, offset), rows))
+                got = [r["speedup"] for r in results]
                 geomean = math.exp(sum(map(math.log, got)) / len(got))
                 print(f"seed +{offset} {binary}: {len(got)} runs, "
                       f"{sum(s < 0.99 for s in got)} below 0.99, worst {min(got):.3f}, "
                       f"median {statistics.median(got):.4f}, geomean {geomean:.4f}", flush=True)
+                if args.losses:
+                    split = [slowest_tenant_loss(r) for r in results if r["speedup"] < 0.99]
+                    total, moves, sampling = (sum(x[i] for x in split) for i in range(3))
+                    print(f"  losses below 0.99, summed over their slowest tenants: "
+                          f"{total:.3f} = migrations {moves:.3f} + sampling {sampling:.3f} "
+                          f"+ the rest {total - moves - sampling:.3f}", flush=True)
 
 
 if __name__ == "__main__":
