@@ -188,15 +188,30 @@ pub fn detect_geometry(
         page_size,
     ) {
         Ok(g) => g,
-        Err(e) if slices > 1 => {
+        Err(e) => {
+            // A VM shows fewer CPUs than the host's LLC has slices (2 vCPUs on a 26-slice
+            // Skylake-SP L3 of 53,248 sets): take the fewest slices whose sets are a power
+            // of two. It may count fewer slices than the hardware has, and so more colours
+            // (bits of the slice hash read as set bits): a pollute buffer of those colours
+            // then spans a larger, still bounded, share of the LLC.
+            let lines = llc.size / (llc.line_size * llc.ways).max(1);
+            let fewest = if lines == 0 {
+                1
+            } else {
+                lines / (lines & lines.wrapping_neg())
+            };
+            if fewest == slices {
+                return Err(e.into());
+            }
             notes.push(format!(
-                "{slices} slices do not divide the LLC into power-of-two sets ({e}); treated as one slice"
+                "{slices} slice(s) do not divide the LLC into power-of-two sets ({e}); taken as {fewest}, the fewest that do"
             ));
-            slices = 1;
-            slices_from = "treated as one (sharing did not give a valid slice count)".into();
+            slices = fewest;
+            slices_from = format!(
+                "the fewest slices that give power-of-two sets ({fewest}; sharing gave no valid count)"
+            );
             CacheGeometry::from_size(llc.size, llc.line_size, llc.ways, slices, page_size)?
         }
-        Err(e) => return Err(e.into()),
     };
     Ok(DetectedGeometry {
         llc: geometry,

@@ -130,6 +130,8 @@ fn geometry_from_fixtures_counts_colours_per_slice() {
         ("zen4", 8, 4096, 64),
         ("neoverse-n1", 1, 2048, 32),
         ("vm-no-pmu", 2, 16384, 256),
+        // 2 vCPUs of a 26-slice Skylake-SP (this CI machine): 53,248 sets, 11 ways.
+        ("vm-skylake-sp", 13, 4096, 64),
     ] {
         let (cpu, _, sys) = fixture(name);
         let g = detect_geometry(&sys, &cpu, 4096, None).unwrap();
