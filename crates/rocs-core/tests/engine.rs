@@ -30,8 +30,8 @@ struct FakeMachine {
     /// Windows ended so far, and the window of each migration.
     windows: u64,
     moved_at: Vec<(u64, usize)>,
-    /// Every sample misses: pages that only stream, nothing reused.
-    stream_only: bool,
+    /// Targets whose every sample misses: pages that only stream, nothing reused.
+    stream_only: BTreeSet<Pid>,
 }
 
 impl FakeMachine {
@@ -44,7 +44,7 @@ impl FakeMachine {
             ipc: Box::new(ipc),
             windows: 0,
             moved_at: Vec::new(),
-            stream_only: false,
+            stream_only: BTreeSet::new(),
         }
     }
 
@@ -72,7 +72,7 @@ impl Sampler for FakeMachine {
                 tid: pid,
                 vaddr: (first + i % 64) << SHIFT,
                 paddr: None,
-                source: if self.stream_only || i % 64 < 32 || i % 3 == 0 {
+                source: if self.stream_only.contains(&pid) || i % 64 < 32 || i % 3 == 0 {
                     DataSource::LlcMiss
                 } else {
                     DataSource::LlcHit
@@ -574,7 +574,7 @@ fn a_move_that_costs_several_windows_is_not_measured_until_paid() {
 #[test]
 fn a_target_whose_misses_only_stream_is_not_searched() {
     let mut machine = FakeMachine::new(&[(1, 0x1000)], |_, _| 0.5);
-    machine.stream_only = true;
+    machine.stream_only.insert(1);
     let mut d = Domain::new(machine);
     for _ in 0..30 {
         d.window();
@@ -774,7 +774,7 @@ fn a_profile_that_sees_only_misses_with_reused_pages_confined_moves_them_back() 
     // phase changes, and every sampled load misses: reused pages squeezed into the
     // pollute colours miss like a stream, and a profile cannot tell the two apart.
     let ipc = |_: Pid, m: &FakeMachine| {
-        if m.stream_only {
+        if m.stream_only.contains(&1) {
             0.3
         } else {
             0.5 + 0.005 * m.confined.get(&1).map_or(0, |c| c.len()) as f64
@@ -786,7 +786,7 @@ fn a_profile_that_sees_only_misses_with_reused_pages_confined_moves_them_back() 
     }
     assert_eq!(d.state(1), State::Steady, "{:?}", d.events[&1]);
     assert!(d.machine.confined[&1].len() > 32, "{:?}", d.events[&1]);
-    d.machine.stream_only = true;
+    d.machine.stream_only.insert(1);
     for _ in 0..40 {
         d.window();
         if !d.machine.confining(1) {
@@ -799,4 +799,35 @@ fn a_profile_that_sees_only_misses_with_reused_pages_confined_moves_them_back() 
             if reason.contains("squeezed"))
     });
     assert!(said, "{:?}", d.events[&1]);
+}
+
+#[test]
+fn a_search_only_for_a_sharers_gain_is_bounded_by_the_least_promise_worth_a_search() {
+    // Target 1 only streams, so its profile promises it nothing; target 2 reuses data that
+    // misses, so a search of target 1 could be for target 2's gain. No placement changes
+    // anyone's pace, and each page move costs a tenth of a window: the search must end
+    // once it has cost more than min_promise could win back, not explore its whole stack.
+    let ipc = |_: Pid, _: &FakeMachine| 0.5;
+    let mut machine = FakeMachine::new(&[(1, 0x1000), (2, 0x2000)], ipc);
+    machine.stream_only.insert(1);
+    let mut d = Domain::new(machine);
+    let mut knobs = d.engine.controller(1).expect("attached").knobs().clone();
+    knobs.migration_cost_cycles = 100_000;
+    d.engine
+        .attach(Controller::new(1, knobs, SHIFT, COLOURS).expect("valid knobs"));
+    for _ in 0..80 {
+        d.window();
+        if d.state(1) == State::Steady {
+            break;
+        }
+    }
+    assert_eq!(d.state(1), State::Steady, "{:?}", d.events[&1]);
+    let promise = d.engine.controller(1).expect("attached").last_promise();
+    assert!(promise.is_some_and(|p| p < 0.02), "promised {promise:?}");
+    let said = d.events[&1].iter().any(|e| {
+        matches!(e, EventKind::Transition { to: State::Steady, reason, .. }
+            if reason.contains("ended early") && reason.contains("min_promise"))
+    });
+    assert!(said, "{:?}", d.events[&1]);
+    assert!(!d.machine.confining(1), "{:?}", d.events[&1]);
 }

@@ -710,12 +710,18 @@ impl Controller {
                 } else {
                     String::new()
                 };
+                let promised = match self.own_promise() {
+                    Some(p) => format!("the {:.1}% the profile promises", p * 100.0),
+                    None => format!(
+                        "min_promise {:.1}% (the search was only for other targets' gain)",
+                        self.knobs.min_promise * 100.0
+                    ),
+                };
                 reason += &format!(
                     "; the search {outcome}: it had cost {:.2} M cycles (its profile \
-                     included){next}, more than the {:.1}% the profile promises could win \
-                     back over as many cycles again as the target has run",
+                     included){next}, more than {promised} could win back over as many \
+                     cycles again as the target has run",
                     cost / 1e6,
-                    self.promise.unwrap_or(0.0) * 100.0
                 );
             } else if k == 0 && run.baseline_loud == 0 && run.baseline_quiet > 0 {
                 reason += "; at k = 0 the target missed too little to be worth profiling: nothing to gain";
@@ -811,13 +817,21 @@ impl Controller {
         }
     }
 
-    /// What the attempt has cost, if that is more than the promise (the largest relative
-    /// gain we expect; see [`Controller::scatter_verdict`]) could win back. A search
+    /// What the attempt has cost, if that is more than its promise (the largest relative
+    /// gain we expect; see [`Controller::bounding_promise`]) could win back. A search
     /// whose probes gain pays for itself as it goes: a probe faster than k = 0 counts
     /// against the cost.
     fn over_what_it_could_win(&self, next: f64) -> Option<f64> {
         self.spending
-            .over_what_it_could_win(self.own_promise()?, next)
+            .over_what_it_could_win(self.bounding_promise(), next)
+    }
+
+    /// The gain the cost rule weighs a search's cost against: its own promise, or, for a
+    /// search only for other targets' gain, `min_promise`, the least gain worth a search.
+    /// Unbounded, such a search explored its whole stack however little it found (a random
+    /// tenant moved its pages for a sharer's gain that never came, and lost 9%).
+    fn bounding_promise(&self) -> f64 {
+        self.own_promise().unwrap_or(self.knobs.min_promise)
     }
 
     /// The profile's promise when the search is for this target's own gain (at least
