@@ -11,7 +11,9 @@ geometric mean. --where-oracle-gains 0.05 keeps only the runs where the page's o
 5%, to see what a change costs in gains. --losses also says where the runs below 0.99 lose:
 summed over each such run's slowest tenant, its cycles over its baseline's less one, split
 into what page migrations and sampling cost it and the rest (probes at worse placements,
-the prefetcher off while profiling, other tenants' placements).
+the prefetcher off while profiling, other tenants' placements). --runs FILE also writes
+every run's speedup (offset, build, workload, machine, speedup; tab-separated), to see
+which runs two builds part on.
 
     tests/bench/random_seeds.py --page docs/evaluation/random.json --offset 1 --offset 2 \\
         OLD_ROCSCTL NEW_ROCSCTL
@@ -60,6 +62,7 @@ def main():
                          "(0.05: the runs the page judges by fraction of the oracle)")
     ap.add_argument("--losses", action="store_true",
                     help="also split the losses of the runs below 0.99 by cause")
+    ap.add_argument("--runs", metavar="FILE", help="also write every run's speedup here")
     ap.add_argument("rocsctl", nargs="+")
     args = ap.parse_args()
     rows = json.load(open(args.page))["rows"]
@@ -69,11 +72,17 @@ def main():
             raise SystemExit(f"{args.page}: no run where the oracle gains "
                              f"{args.where_oracle_gains:.0%}; give a smaller --where-oracle-gains")
     page_dir = os.path.dirname(os.path.abspath(args.page))
+    runs = open(args.runs, "w") if args.runs else None
     with ThreadPoolExecutor(args.jobs) as pool:
         for offset in args.offset or [0]:
             for binary in args.rocsctl:
                 results = list(pool.map(lambda r: run_rocs(binary, page_dir, r, offset), rows))
                 got = [r["speedup"] for r in results]
+                if runs:
+                    for row, speedup in zip(rows, got):
+                        runs.write(f"{offset}\t{binary}\t{row['workload']}\t"
+                                   f"{row['machine']}\t{speedup:.4f}\n")
+                    runs.flush()
                 geomean = math.exp(sum(map(math.log, got)) / len(got))
                 print(f"seed +{offset} {binary}: {len(got)} runs, "
                       f"{sum(s < 0.99 for s in got)} below 0.99, worst {min(got):.3f}, "

@@ -337,11 +337,13 @@ fn fruitless_attempts_cost_at_most_the_overhead_budget_after_the_first() {
 }
 
 #[test]
-fn a_profile_that_slows_its_target_beyond_the_sampling_budget_ends_at_its_minimum() {
+fn a_profile_that_slows_its_target_beyond_the_sampling_budget_ends_with_the_window_that_shows_it() {
     // A sweep finds new pages every window, so its profile goes on to its longest; unless
     // profiling halves the target's speed (a machine that profiles with its prefetchers
-    // off), far beyond the 1% the sampling may cost.
+    // off), far beyond the 1% the sampling may cost and the unsampled windows' scatter
+    // (none here): then it ends with its first window, short of its minimum of two.
     let knobs = Knobs {
+        observe_windows: 3,
         profile_windows: 2,
         profile_max_windows: 8,
         ..knobs()
@@ -354,7 +356,28 @@ fn a_profile_that_slows_its_target_beyond_the_sampling_budget_ends_at_its_minimu
         "sampling that costs its budget"
     );
     let (fake, _) = run_with(&[(1, Pattern::SweepAndReuse)], 30, knobs, dear);
-    assert_eq!(fake.sampled_windows[&1], 2, "profiling at half speed");
+    assert_eq!(fake.sampled_windows[&1], 1, "profiling at half speed");
+}
+
+#[test]
+fn a_profile_window_slower_only_within_the_targets_scatter_does_not_end_the_profile_early() {
+    // The unsampled windows alternate 0.4 and 0.6 (a standard deviation of a quarter of
+    // their mean): a first profile window at 0.35, slower than the one before it by
+    // less than twice that, may be noise. The profile reaches its minimum of two, and
+    // ends there: its slowdown is still over the 1% the sampling may cost.
+    let knobs = Knobs {
+        observe_windows: 3,
+        profile_windows: 2,
+        profile_max_windows: 8,
+        ..knobs()
+    };
+    let scattered = |w: u64, sampled| match (sampled, w % 2) {
+        (true, _) => 0.35,
+        (false, 0) => 0.4,
+        (false, _) => 0.6,
+    };
+    let (fake, _) = run_with(&[(1, Pattern::SweepAndReuse)], 30, knobs, scattered);
+    assert_eq!(fake.sampled_windows[&1], 2);
 }
 
 #[test]

@@ -52,6 +52,9 @@ const FRUITLESS_COOLDOWN_MAX: u32 = 512;
 /// Most events kept in the history (the oldest go first).
 const HISTORY_CAP: usize = 4096;
 
+/// Unsampled windows kept to tell how much a target's window scatters before a profile.
+const UNSAMPLED_KEPT: usize = 8;
+
 /// Where the controller is, with what only that state needs.
 #[derive(Clone, Debug)]
 enum Stage {
@@ -152,6 +155,10 @@ pub struct Controller {
     sharers_now: BTreeSet<Pid>,
     /// The IPC of the last window that ran unsampled with no search under way.
     unsampled_ipc: Option<f64>,
+    /// The IPC of the last windows (at most [`UNSAMPLED_KEPT`]) that ran unsampled with no
+    /// search under way, since pages last moved or the phase changed: how much a window
+    /// scatters on its own.
+    unsampled_ipcs: VecDeque<f64>,
     /// A move was made just before this window: not a clean phase reference.
     skip_window: bool,
     /// Lines the LLC holds ([`Controller::set_llc`]; 0: unknown).
@@ -194,6 +201,7 @@ impl Controller {
             reverify_waits: false,
             sharers_now: BTreeSet::new(),
             unsampled_ipc: None,
+            unsampled_ipcs: VecDeque::new(),
             llc_lines: 0,
             llc_room_pages: 0,
             llc_misses_seen: 0,
@@ -399,6 +407,16 @@ impl Controller {
                 }
                 Stage::Observe { .. } | Stage::Steady { .. } => {
                     self.unsampled_ipc = Some(delta.ipc());
+                    // While another target of the LLC holds the turn, its probes move this
+                    // target's IPC: such windows tell nothing of its own scatter.
+                    if context.turn != Turn::Granted {
+                        self.unsampled_ipcs.clear();
+                    } else {
+                        if self.unsampled_ipcs.len() == UNSAMPLED_KEPT {
+                            self.unsampled_ipcs.pop_front();
+                        }
+                        self.unsampled_ipcs.push_back(delta.ipc());
+                    }
                 }
                 _ => {}
             }
@@ -494,8 +512,8 @@ impl Controller {
         let saturated = new_pages as f64 <= self.knobs.profile_saturation * pages as f64;
         let (windows, min_windows) = (*windows, self.knobs.profile_windows);
         if windows >= self.knobs.profile_max_windows
-            || (windows >= min_windows
-                && (saturated || self.profiling_costs_too_much() || self.promises_nothing(context)))
+            || self.profiling_costs_too_much(windows)
+            || (windows >= min_windows && (saturated || self.promises_nothing(context)))
         {
             self.finish_profile(context, out);
         }
@@ -503,19 +521,44 @@ impl Controller {
 
     /// Whether the profile so far has slowed the target by more than the sampling budget
     /// beyond what sampling itself cost: profiling then costs more than the operator
-    /// allowed, and it ends at its minimum length rather than going on for more pages. A
-    /// machine that profiles with its prefetchers off (as ROCS does, so that streaming
-    /// pages show their misses) runs a streaming program at half its speed, while its
-    /// samples cost 1%.
-    fn profiling_costs_too_much(&self) -> bool {
-        match &self.stage {
-            Stage::Profile {
-                cycles,
-                excess_cost,
-                ..
-            } => *excess_cost > self.knobs.sample_cpu_budget * *cycles as f64,
-            _ => false,
+    /// allowed. At its minimum length it ends rather than going on for more pages; before
+    /// that, it ends once the slowdown is also beyond how much the target's unsampled
+    /// windows scatter (two standard deviations), since one window slower than the one
+    /// before it may be noise. A machine that profiles with its prefetchers off (as ROCS
+    /// does, so that streaming pages show their misses) runs a streaming program at half
+    /// its speed, while its samples cost 1%: on a run of 200 windows, three such windows
+    /// alone cost more than the 1% the controller may lose where nothing can be gained.
+    fn profiling_costs_too_much(&self, windows: u32) -> bool {
+        let Stage::Profile {
+            cycles,
+            excess_cost,
+            ..
+        } = &self.stage
+        else {
+            return false;
+        };
+        let allowed = if windows >= self.knobs.profile_windows {
+            self.knobs.sample_cpu_budget
+        } else {
+            match self.unsampled_scatter() {
+                Some(scatter) => self.knobs.sample_cpu_budget + 2.0 * scatter,
+                None => return false,
+            }
+        };
+        *excess_cost > allowed * *cycles as f64
+    }
+
+    /// The standard deviation of the IPC of the unsampled windows kept, relative to their
+    /// mean (`None` with fewer than two).
+    fn unsampled_scatter(&self) -> Option<f64> {
+        let ipcs = &self.unsampled_ipcs;
+        if ipcs.len() < 2 {
+            return None;
         }
+        let n = ipcs.len() as f64;
+        let mean = ipcs.iter().sum::<f64>() / n;
+        let var = ipcs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0);
+        (mean > 0.0).then(|| var.sqrt() / mean)
     }
 
     fn steady_window(&mut self, delta: &CounterDelta, turn: Turn, out: &mut Vec<Action>) {
@@ -548,6 +591,7 @@ impl Controller {
             return;
         }
         self.stats.phase_changes += 1;
+        self.unsampled_ipcs.clear();
         let reason = format!(
             "phase change: IPC {:.3}, MPKI {:.2} outside the ±{:.0}% band for {} windows",
             delta.ipc(),
@@ -656,6 +700,9 @@ impl Controller {
         self.stats.pages_migrated += moved;
         let cost = moved as f64 * self.knobs.migration_cost_cycles as f64;
         self.spending.moved(cost);
+        if moved > 0 {
+            self.unsampled_ipcs.clear();
+        }
         if let Some(f) = failures {
             self.stats.migrations_failed += f.count as u64;
             let failed = EventKind::MigrationFailed {
