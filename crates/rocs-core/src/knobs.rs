@@ -103,9 +103,9 @@ pub struct Knobs {
     pub sample_cpu_budget: f64,
     /// Consecutive windows over both thresholds needed to leave Observe.
     pub observe_windows: u32,
-    /// Windows of precise sampling per profile, at least, unless the profile slows the
-    /// target by more than `sample_cpu_budget` beyond its samples' own cost (a machine
-    /// that profiles with its prefetchers off): then it ends with the window that shows it.
+    /// Windows of precise sampling per profile, at least, unless it slows the target beyond
+    /// its samples' cost by more than `sample_cpu_budget` and the unsampled windows' scatter
+    /// (the prefetchers off while it samples): then it ends with the window that shows it.
     pub profile_windows: u32,
     /// Windows of precise sampling per profile, at most: the profile goes on past
     /// `profile_windows` while a window adds more than `profile_saturation` new pages.
