@@ -407,16 +407,13 @@ impl Controller {
                 }
                 Stage::Observe { .. } | Stage::Steady { .. } => {
                     self.unsampled_ipc = Some(delta.ipc());
-                    // While another target of the LLC holds the turn, its probes move this
-                    // target's IPC: such windows tell nothing of its own scatter.
-                    if context.turn != Turn::Granted {
-                        self.unsampled_ipcs.clear();
-                    } else {
-                        if self.unsampled_ipcs.len() == UNSAMPLED_KEPT {
-                            self.unsampled_ipcs.pop_front();
-                        }
-                        self.unsampled_ipcs.push_back(delta.ipc());
+                    // Also while another target of the LLC holds the turn: its probes then
+                    // widen the scatter, which only raises the bar a profile's early end
+                    // must clear.
+                    if self.unsampled_ipcs.len() == UNSAMPLED_KEPT {
+                        self.unsampled_ipcs.pop_front();
                     }
+                    self.unsampled_ipcs.push_back(delta.ipc());
                 }
                 _ => {}
             }
