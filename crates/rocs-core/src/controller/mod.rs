@@ -407,8 +407,8 @@ impl Controller {
                 }
                 Stage::Observe { .. } | Stage::Steady { .. } => {
                     self.unsampled_ipc = Some(delta.ipc());
-                    // Also while another target of the LLC holds the turn: its probes then
-                    // widen the scatter, which only raises the bar a profile's early end
+                    // Kept while another target of the LLC holds the turn too: its probes
+                    // only widen the scatter, which raises the bar a profile's early end
                     // must clear.
                     if self.unsampled_ipcs.len() == UNSAMPLED_KEPT {
                         self.unsampled_ipcs.pop_front();
@@ -548,14 +548,12 @@ impl Controller {
     /// The standard deviation of the IPC of the unsampled windows kept, relative to their
     /// mean (`None` with fewer than two).
     fn unsampled_scatter(&self) -> Option<f64> {
-        let ipcs = &self.unsampled_ipcs;
+        let ipcs: Vec<f64> = self.unsampled_ipcs.iter().copied().collect();
         if ipcs.len() < 2 {
             return None;
         }
-        let n = ipcs.len() as f64;
-        let mean = ipcs.iter().sum::<f64>() / n;
-        let var = ipcs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0);
-        (mean > 0.0).then(|| var.sqrt() / mean)
+        let (mean, squares) = crate::search::moments(&ipcs);
+        (mean > 0.0).then(|| (squares / (ipcs.len() - 1) as f64).sqrt() / mean)
     }
 
     fn steady_window(&mut self, delta: &CounterDelta, turn: Turn, out: &mut Vec<Action>) {

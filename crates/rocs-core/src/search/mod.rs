@@ -40,7 +40,7 @@ pub struct Measured {
 }
 
 /// Mean and sum of squared deviations of `v`.
-fn moments(v: &[f64]) -> (f64, f64) {
+pub(crate) fn moments(v: &[f64]) -> (f64, f64) {
     let m = v.iter().sum::<f64>() / v.len() as f64;
     (m, v.iter().map(|x| (x - m) * (x - m)).sum())
 }
