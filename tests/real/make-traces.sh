@@ -1,14 +1,16 @@
 #!/bin/bash
 # Memory traces of real programs from Debian, for `rocsctl sim eval --suite real`.
 #
-#     tests/real/make-traces.sh OUT_DIR [--quick]
+#     tests/real/make-traces.sh OUT_DIR [--quick] [--skip-missing]
 #
 # Each program runs under `valgrind --tool=lackey --trace-mem=yes` on an input this script
 # generates (deterministically: the same inputs on every machine); lackey's text goes
 # through a pipe into `rocsctl sim trace convert`, so only the compact binary trace is
 # written. OUT_DIR/manifest.toml lists the programs (name, trace, what) and the pairs that
-# run as two tenants sharing the LLC. Programs whose package is missing are skipped with a
-# message; the manifest lists what was made.
+# run as two tenants sharing the LLC. A program whose package is missing stops the script
+# (a suite without it would say nothing of it, and its pages would be compared with pages
+# that had it); with --skip-missing it is skipped with a message, and the manifest lists
+# what was made.
 #
 # Lackey runs a program ~100-300x slower than natively, so the inputs are small: each
 # trace holds tens of millions of references (a few with --quick), and the simulator
@@ -18,12 +20,18 @@
 # ROCSCTL=path selects the rocsctl binary (default: a release build of this tree).
 set -euo pipefail
 
-usage() { echo "usage: $0 OUT_DIR [--quick]" >&2; exit 2; }
+usage() { echo "usage: $0 OUT_DIR [--quick] [--skip-missing]" >&2; exit 2; }
 [ $# -ge 1 ] || usage
 out=$1
-quick=0
-[ "${2:-}" = "--quick" ] && quick=1
-[ $# -le 2 ] || usage
+shift
+quick=0 skip_missing=0
+for arg in "$@"; do
+    case $arg in
+        --quick) quick=1 ;;
+        --skip-missing) skip_missing=1 ;;
+        *) usage ;;
+    esac
+done
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
 if [ -z "${ROCSCTL:-}" ]; then
@@ -92,7 +100,17 @@ trace() {
     made+=("$name")
 }
 
-have() { command -v "$1" >/dev/null || { echo "skipping $2: $1 is not installed" >&2; return 1; }; }
+# have COMMAND PROGRAM: whether COMMAND is installed; if not, stop, or with --skip-missing
+# say that PROGRAM is skipped.
+have() {
+    command -v "$1" >/dev/null && return 0
+    if [ $skip_missing = 0 ]; then
+        echo "$1 is not installed, so $2 cannot be traced: install it (the packages are listed at the top of $0), or pass --skip-missing to make the others" >&2
+        exit 1
+    fi
+    echo "skipping $2: $1 is not installed" >&2
+    return 1
+}
 
 if have sqlite3 sqlite3-join; then
     sqlite3 "$work/shop.db" < "$work/tables.sql"
