@@ -287,3 +287,61 @@ fn a_tenant_that_runs_to_its_end_exits_then() {
         rocs.stats.cycles
     );
 }
+
+#[test]
+fn the_oracle_judges_a_profile_the_controller_declined_to_search() {
+    // Random run 308 of docs/evaluation/random.md (tiny): a strided sweep of 0.7 of the
+    // LLC beside a small table read at random. Some of the sweep's pages miss on every
+    // pass (their colours are over-full) while the rest hit, and confining the top of the
+    // stack lets the rest fit (1.47x). The controller's profile promises 1.8%, under
+    // min_promise (pages that never hit look like a stream), and it makes no search. The
+    // oracle must still try that profile's stack, or a gain the controller declines would
+    // never show beside its speedup.
+    let text = r#"
+        name = "declined"
+        [[process]]
+        name = "t0"
+        accesses = 8192000
+        [[process.region]]
+        name = "sweep"
+        size_llc = 0.6964721683494423
+        pattern = "strided"
+        share = 0.762900734300544
+        elem = 4
+        stride = "256B"
+        instructions_per_access = 1.8437190377517838
+        mlp = 3.6762836337655407
+        [[process.region]]
+        name = "table"
+        size_llc = 0.0591205583929592
+        pattern = "random"
+        share = 0.8534069903509885
+        elem = 8
+        instructions_per_access = 0.6900069803792112
+        mlp = 1.0867708250950532
+    "#;
+    let machine = MachineSpec::resolve("tiny").unwrap();
+    let w = Workload::from_toml("declined.toml", text).unwrap();
+    let make = || Machine::new(&machine, &w, 11370307417682222775);
+    let cfg = LoopConfig {
+        oracle_grid: 8,
+        ..LoopConfig::default()
+    };
+    let c = compare(&make, &cfg, Modes::ALL, &mut |_| {}).unwrap();
+    let rocs = c.rocs.as_ref().unwrap();
+    assert_eq!(rocs.search_windows, 0, "the controller made no search");
+    assert_eq!(rocs.profile_points.len(), 1, "it profiled once");
+    assert_eq!(
+        rocs.profile_points[0].chosen_k,
+        Some(0),
+        "its choice: k = 0"
+    );
+    let oracle = c.oracle.as_ref().unwrap();
+    assert!(
+        c.oracle_speedup.unwrap() > 1.2,
+        "the oracle finds the gain on that profile: {:.3} (k {:?}, {} candidates)",
+        c.oracle_speedup.unwrap(),
+        oracle.ks,
+        oracle.candidates.len()
+    );
+}

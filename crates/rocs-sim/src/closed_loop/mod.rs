@@ -118,7 +118,8 @@ pub struct ProfilePoint {
     /// Stack positions where the miss rate changes.
     #[serde(skip)]
     pub boundaries: Vec<usize>,
-    /// The `k` the search chose (None if the run ended first, or dry run).
+    /// The `k` the search chose, 0 if the controller judged the profile not worth a search
+    /// (None if the run ended first, or dry run).
     pub chosen_k: Option<usize>,
     /// Windows the search took.
     pub search_windows: Option<u64>,
@@ -418,6 +419,18 @@ fn note_event(
             if let Some(p) = points.iter_mut().rev().find(|p| p.pid == c.pid()) {
                 p.chosen_k = Some(*k);
                 p.search_windows = Some(*windows);
+            }
+        }
+        // A profile the controller judged not worth a search (nothing to win, too noisy to
+        // tell) ends with k = 0 as surely as a search that chose it: the oracle judges it
+        // too, or a gain the controller declined would never show.
+        EventKind::Transition { from, to, .. }
+            if matches!(from, State::Profile | State::Search)
+                && matches!(to, State::Steady | State::Observe)
+                && !c.knobs().dry_run =>
+        {
+            if let Some(p) = points.iter_mut().rev().find(|p| p.pid == c.pid()) {
+                p.chosen_k.get_or_insert(0);
             }
         }
         _ => {}
