@@ -65,9 +65,14 @@ const MERGE_Z: f64 = 2.0;
 
 /// Whether two estimated miss rates may be the same underlying rate.
 fn similar(a: &Region, b: &Region, tol: f64) -> bool {
-    let (na, nb) = (a.samples().max(1) as f64, b.samples().max(1) as f64);
-    let (ra, rb) = (a.raw_rate(), b.raw_rate());
-    let pooled = (a.misses + b.misses) as f64 / (na + nb);
+    similar_rates((a.misses, a.samples()), (b.misses, b.samples()), tol)
+}
+
+/// `similar` on (misses, samples) counts.
+fn similar_rates(a: (u64, u64), b: (u64, u64), tol: f64) -> bool {
+    let (na, nb) = (a.1.max(1) as f64, b.1.max(1) as f64);
+    let (ra, rb) = (a.0 as f64 / na, b.0 as f64 / nb);
+    let pooled = (a.0 + b.0) as f64 / (na + nb);
     let se = (pooled * (1.0 - pooled) * (1.0 / na + 1.0 / nb)).sqrt();
     (ra - rb).abs() <= tol + MERGE_Z * se
 }
@@ -102,6 +107,104 @@ impl StackBuild {
         let i = self.regions.partition_point(|r| r.last < page);
         self.regions.get(i).filter(|r| r.first <= page)
     }
+}
+
+/// Address-ordered regions that sampling cannot tell apart, taken together: what a bound
+/// on the whole region (how much of it the LLC can hold) must count.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct RegionPool {
+    /// The regions' pages, and the unsampled gaps between them that sampling explains.
+    pub pages: u64,
+    pub hits: u64,
+    pub misses: u64,
+}
+
+impl RegionPool {
+    fn of(r: &Region) -> Self {
+        RegionPool {
+            pages: r.pages(),
+            hits: r.hits,
+            misses: r.misses,
+        }
+    }
+
+    pub fn samples(&self) -> u64 {
+        self.hits + self.misses
+    }
+
+    pub fn miss_rate(&self) -> f64 {
+        self.misses as f64 / self.samples().max(1) as f64
+    }
+}
+
+/// `regions` (ordered by address) pooled where each next region's miss rate is within
+/// sampling error of the pool's so far and the unsampled gap before it is one that sampling
+/// leaves. A region sampled about once a page is cut wherever a few pages in a row drew no
+/// sample, and its pieces' rates and samples per page scatter: a bound that fills the LLC
+/// with the densest pieces first would take that scatter for pieces that fit.
+pub fn pool_regions(regions: &[Region], params: &RegionParams) -> Vec<RegionPool> {
+    let longest_gap = sampling_gap(regions, params);
+    let rates = |p: &RegionPool| (p.misses, p.samples());
+    // (pool, its first page, its last page)
+    let mut pools: Vec<(RegionPool, VirtPage, VirtPage)> = regions
+        .iter()
+        .map(|r| (RegionPool::of(r), r.first, r.last))
+        .collect();
+    // As build_stack's second pass: a pool's rate firms up as it grows, so a piece that
+    // stopped one may join it later; merge until nothing changes.
+    loop {
+        let mut merged: Vec<(RegionPool, VirtPage, VirtPage)> = Vec::with_capacity(pools.len());
+        let mut changed = false;
+        for (next, first, last) in pools {
+            if let Some((pool, _, pool_last)) = merged.last_mut() {
+                let gap = first.0.saturating_sub(pool_last.0 + 1);
+                if gap <= longest_gap && similar_rates(rates(pool), rates(&next), params.tolerance)
+                {
+                    pool.pages += gap + next.pages;
+                    pool.hits += next.hits;
+                    pool.misses += next.misses;
+                    *pool_last = last;
+                    changed = true;
+                    continue;
+                }
+            }
+            merged.push((next, first, last));
+        }
+        pools = merged;
+        if !changed {
+            break;
+        }
+    }
+    pools.into_iter().map(|(pool, _, _)| pool).collect()
+}
+
+/// The longest run of unsampled pages that sampling leaves inside a region (at least
+/// `max_gap`). Were samples to fall on pages at random, d per page, a page would go
+/// unsampled with probability e^-d, and the S gaps after S sampled pages would all be
+/// shorter than ln(100 S) / d pages but one time in a hundred. d is what makes the sampled
+/// pages' mean samples, n / S, equal d / (1 - e^-d), its mean given at least one.
+fn sampling_gap(regions: &[Region], params: &RegionParams) -> u64 {
+    let samples: u64 = regions.iter().map(Region::samples).sum();
+    let sampled: u64 = regions.iter().map(|r| r.sampled_pages).sum();
+    let floor = u64::from(params.max_gap);
+    if sampled < 2 {
+        return floor;
+    }
+    let per_sampled_page = samples as f64 / sampled as f64;
+    let mean_given_one = |d: f64| d / -(-d).exp_m1();
+    // Bisection: mean_given_one rises from 1 (d -> 0) without bound.
+    let (mut lo, mut hi) = (1e-6, 64.0);
+    for _ in 0..60 {
+        let mid = 0.5 * (lo + hi);
+        if mean_given_one(mid) < per_sampled_page {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    let gap = (100.0 * sampled as f64).ln() / lo;
+    let pages: u64 = regions.iter().map(Region::pages).sum();
+    (gap.min(pages as f64) as u64).max(floor)
 }
 
 /// Build regions from `profile` and expand them into a miss-rate stack.
@@ -279,5 +382,53 @@ mod tests {
         let b = build_stack(&p, &RegionParams::default());
         assert_eq!(b.regions.len(), 2);
         assert_eq!(b.stack.len(), 7 + 3);
+    }
+
+    /// Samples of a random walk over `pages` pages from `first`: `samples` of them, on pages
+    /// a hash picks, a hit one time in three.
+    fn sparse(p: &mut PageProfile, first: u64, pages: u64, samples: u64) {
+        for i in 0..samples {
+            let mut x = i.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            x = (x ^ (x >> 31)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            let page = first + (x ^ (x >> 29)) % pages;
+            if i % 3 == 0 {
+                record(p, page, 1, 0);
+            } else {
+                record(p, page, 0, 1);
+            }
+        }
+    }
+
+    #[test]
+    fn a_sparsely_sampled_region_pools_into_one_with_its_gaps() {
+        // 600 samples over 2048 pages: a third of the pages unsampled, in runs long enough
+        // to cut the region into pieces.
+        let mut p = PageProfile::new(12);
+        sparse(&mut p, 0, 2048, 600);
+        let params = RegionParams::default();
+        let b = build_stack(&p, &params);
+        assert!(b.regions.len() > 10, "{} regions", b.regions.len());
+        let pools = pool_regions(&b.regions, &params);
+        assert_eq!(pools.len(), 1, "{pools:?}");
+        assert!(pools[0].pages > 2000 && pools[0].pages <= 2048, "{pools:?}");
+        assert_eq!(pools[0].samples(), 600);
+    }
+
+    #[test]
+    fn pools_keep_apart_what_sampling_tells_apart() {
+        // Two regions side by side, sampled as densely, one missing on nine loads in ten and
+        // the other on one in ten; and a third like the second beyond a gap of 200 pages,
+        // longer than any the sampling leaves.
+        let mut p = PageProfile::new(12);
+        for page in 0..32 {
+            record(&mut p, page, 1, 9);
+            record(&mut p, 32 + page, 9, 1);
+            record(&mut p, 264 + page, 9, 1);
+        }
+        let params = RegionParams::default();
+        let b = build_stack(&p, &params);
+        let pools = pool_regions(&b.regions, &params);
+        let pages: Vec<u64> = pools.iter().map(|p| p.pages).collect();
+        assert_eq!(pages, [32, 32, 32], "{pools:?}");
     }
 }

@@ -34,6 +34,20 @@ enum Pattern {
     /// 40 pages that only stream, then two reused regions: 8 pages that miss one load in
     /// ten, 16 that miss every other load.
     StreamAndTwoReused,
+    /// Random loads over 2048 pages, a third of them hits (what an LLC holding a third of
+    /// the pages gives): each window's samples fall on pages a hash picks, about one page
+    /// in three, so the region is cut into pieces wherever a few pages drew no sample.
+    SparseRandom,
+}
+
+/// Pages [`Pattern::SparseRandom`] spreads its loads over.
+const SPARSE_PAGES: u64 = 2048;
+
+/// A well-mixed hash (splitmix64's finaliser): the page of a sparse pattern's sample.
+fn mix(mut x: u64) -> u64 {
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
 }
 
 /// A target's IPC in a window (counted from 0), and whether it is sampled.
@@ -91,6 +105,10 @@ impl Sampler for Fake {
                     };
                     (page, miss)
                 }
+                Pattern::SparseRandom => (
+                    mix(self.windows * 10 * PAGES + i) % SPARSE_PAGES,
+                    i % 3 != 0,
+                ),
             };
             MemSample {
                 pid,
@@ -477,6 +495,35 @@ fn reused_data_larger_than_the_cache_promises_only_what_the_cache_can_hold() {
         &[(1, Pattern::StreamAndReuse)],
         30,
         knobs(),
+        |_, _| 0.5,
+    );
+    assert!(!searched(&events[&1]), "{:?}", events[&1]);
+    assert_eq!(fake.moved.get(&1), None);
+    let nothing = events[&1].iter().any(|e| {
+        matches!(e, EventKind::Transition { to: State::Steady, reason, .. }
+            if reason.contains("nothing to win"))
+    });
+    assert!(nothing, "{:?}", events[&1]);
+}
+
+#[test]
+fn a_sparsely_sampled_region_promises_what_the_cache_can_hold_of_all_of_it() {
+    // Random loads over 2048 pages that hit one time in three, on an LLC of 512 pages (496
+    // outside the pollute buffer): the cache cannot hold more of them than it does. A
+    // window's samples land on about a third of the pages, so the region comes in pieces
+    // whose rates and samples per page scatter; taken one by one, the densest pieces look
+    // as if they fit, and a search would move pages for nothing. The profile may take two
+    // windows, which leave a third of the pages unsampled.
+    let llc = CacheGeometry::from_size(512 << SHIFT, 64, 16, 1, 1 << SHIFT).expect("valid");
+    let short_profiles = Knobs {
+        profile_max_windows: 2,
+        ..knobs()
+    };
+    let (fake, events) = run_on(
+        Some(&llc),
+        &[(1, Pattern::SparseRandom)],
+        30,
+        short_profiles,
         |_, _| 0.5,
     );
     assert!(!searched(&events[&1]), "{:?}", events[&1]);

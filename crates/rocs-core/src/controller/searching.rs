@@ -8,7 +8,7 @@ use super::group::GroupJudge;
 use super::messages::{Action, ColourReport, EventKind, MemberWindow, SharerPace, WindowContext};
 use super::{Controller, Stage};
 use crate::knobs::SearchMode;
-use crate::regions::{build_stack, Region, RegionParams, StackBuild};
+use crate::regions::{build_stack, pool_regions, RegionParams, RegionPool, StackBuild};
 use crate::search::{resolvable_gain, Next, Search};
 use crate::{CounterDelta, MissRateStack, PageProfile, Pid, VirtPage};
 
@@ -853,14 +853,17 @@ impl Controller {
     /// worst pages can turn into hits; misses on pages that only stream cannot be. Judged
     /// by region, not page: a page's few samples scatter its rate (a table of uniform pages
     /// sampled 3 times each has pages at 0.33 and at 1.0), a region's rate is what the
-    /// stack ranks by.
+    /// stack ranks by; and regions that sampling cannot tell apart are pooled
+    /// ([`pool_regions`]), since a region sampled less than once a page comes in pieces.
     ///
     /// The reused regions share the LLC outside the pollute buffer (when the platform said
     /// how large it is): however the streams are placed, it holds at most that many pages,
     /// and loads spread over a region's pages hit at most in the share of them it holds.
     /// The bound gives the room to the regions with the most loads per page first (the
     /// most hits a placement could win), and counts only the hits each region's share of
-    /// it adds to those the region has.
+    /// it adds to those the region has. (A region left less room than it has now loses
+    /// hits, but counting them would not bound the gain: the hits won may be on loads the
+    /// program waits for and the hits lost on loads it overlaps.)
     pub(super) fn promise(&self) -> f64 {
         self.promise_of(&self.build)
     }
@@ -870,12 +873,12 @@ impl Controller {
             return 0.0;
         };
         let below = top.miss_rate - self.knobs.region_merge_tolerance;
-        let loads = |r: &Region| (r.hits + r.misses) as f64;
-        let density = |r: &Region| loads(r) / r.pages() as f64;
-        let mut reused: Vec<&Region> = build
-            .regions
+        let pools = pool_regions(&build.regions, &self.region_params());
+        let loads = |p: &RegionPool| p.samples() as f64;
+        let density = |p: &RegionPool| loads(p) / p.pages.max(1) as f64;
+        let mut reused: Vec<&RegionPool> = pools
             .iter()
-            .filter(|r| r.hits > 0 && r.miss_rate < below)
+            .filter(|p| p.hits > 0 && p.miss_rate() < below)
             .collect();
         reused.sort_by(|a, b| density(b).total_cmp(&density(a)));
         let mut room = match self.llc_room_pages {
@@ -883,13 +886,13 @@ impl Controller {
             pages => pages as f64,
         };
         let mut winnable = 0.0;
-        for r in reused {
-            let pages = r.pages() as f64;
+        for p in reused {
+            let pages = p.pages as f64;
             let held = (room / pages).min(1.0);
             room = (room - pages).max(0.0);
-            winnable += (loads(r) * held - r.hits as f64).max(0.0);
+            winnable += (loads(p) * held - p.hits as f64).max(0.0);
         }
-        let all: f64 = build.regions.iter().map(loads).sum();
+        let all: f64 = pools.iter().map(loads).sum();
         if all == 0.0 {
             0.0
         } else {
