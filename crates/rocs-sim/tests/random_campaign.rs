@@ -71,8 +71,8 @@ fn check(spec: &MachineSpec, seed: u64) -> Option<String> {
 }
 
 #[test]
-#[ignore = "issue 12 is not done: seeds 1 (tenant t3, a short one, at 0.875) and 3 \
-            (0.975) still fail; run with --ignored"]
+#[ignore = "issue 12 is not done: seeds 1 (tenant t3, a short one, at 0.875), 3 (0.975) \
+            and 5 (0.989) still fail; run with --ignored"]
 fn rocs_never_loses_on_generated_workloads() {
     let spec = MachineSpec::resolve("tiny").unwrap();
     let seeds: Vec<u64> = FIXED_SEEDS.iter().copied().chain(fresh_seeds()).collect();
