@@ -35,11 +35,6 @@ pub(super) struct PhaseMemory {
 /// when the profile's windows say it is too noisy (see `Controller::scatter_verdict`).
 const UNMOVED_WINDOWS: usize = 4;
 
-/// The share of the LLC's room that the unconfined pages of a stack too large for it are
-/// left to fill at the search's fit point: pages land on colours at random, and a set
-/// filled to its ways by the average colour overflows on the fuller ones.
-const FIT_SHARE: f64 = 0.7;
-
 /// Whether a search can tell its promise from the scatter of its windows.
 enum Scatter {
     Quiet,
@@ -220,7 +215,7 @@ impl Controller {
         }
         let for_sharers = (n > self.build.stack.len()).then_some(n);
         let n = self.build.stack.len();
-        let mut search = Search::new(&self.knobs, n, self.search_points());
+        let mut search = Search::new(&self.knobs, n, self.build.stack.boundaries());
         let profile_ipcs = match &self.stage {
             Stage::Profile { ipcs, .. } => ipcs.as_slice(),
             _ => &[],
@@ -308,7 +303,7 @@ impl Controller {
             ..SearchRun::default()
         };
         if n > 0 {
-            let mut search = Search::new(&self.knobs, n, self.search_points());
+            let mut search = Search::new(&self.knobs, n, self.build.stack.boundaries());
             if restarted.judged_by_group {
                 search.judged_by_group();
             }
@@ -411,7 +406,7 @@ impl Controller {
         }
         self.reverify_due = false;
         let n = self.build.stack.len();
-        let mut search = Search::new(&self.knobs, n, self.search_points());
+        let mut search = Search::new(&self.knobs, n, self.build.stack.boundaries());
         if k > n || !search.reverify(k) {
             return false;
         }
@@ -924,24 +919,6 @@ impl Controller {
         }
         let build = build_stack(&self.profile, &self.region_params());
         self.promise_of(&build) < self.knobs.min_promise
-    }
-
-    /// Where the search may probe: the stack's region boundaries, and, when the stack
-    /// holds more pages than the LLC outside the pollute buffer, the `k` that leaves
-    /// unconfined what fits in part of that room. A loop over more data than the cache
-    /// holds misses on every pass; confined in part, the rest fits and hits, and the best
-    /// `k` lies inside its region, where no boundary is.
-    fn search_points(&self) -> Vec<usize> {
-        let mut points = self.build.stack.boundaries();
-        let n = self.build.stack.len();
-        let fits = (self.llc_room_pages as f64 * FIT_SHARE) as usize;
-        if self.llc_room_pages > 0 && n > fits {
-            let fit = n - fits;
-            if let Err(i) = points.binary_search(&fit) {
-                points.insert(i, fit);
-            }
-        }
-        points
     }
 
     fn region_params(&self) -> RegionParams {
