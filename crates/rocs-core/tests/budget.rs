@@ -231,6 +231,14 @@ fn run_on(
     (fake, events)
 }
 
+/// Whether the controller went to Steady saying its profile had nothing to win.
+fn said_nothing_to_win(events: &[EventKind]) -> bool {
+    events.iter().any(|e| {
+        matches!(e, EventKind::Transition { to: State::Steady, reason, .. }
+            if reason.contains("nothing to win"))
+    })
+}
+
 fn searched(events: &[EventKind]) -> bool {
     events.iter().any(|e| {
         matches!(
@@ -266,11 +274,7 @@ fn a_target_does_not_search_for_a_sharer_whose_misses_only_stream() {
         events[&2]
     );
     assert_eq!(fake.moved.get(&2), None, "the victim's pages moved");
-    let nothing = events[&2].iter().any(|e| {
-        matches!(e, EventKind::Transition { to: State::Steady, reason, .. }
-            if reason.contains("nothing to win"))
-    });
-    assert!(nothing, "{:?}", events[&2]);
+    assert!(said_nothing_to_win(&events[&2]), "{:?}", events[&2]);
 }
 
 #[test]
@@ -410,11 +414,7 @@ fn a_profile_that_promises_nothing_ends_at_its_minimum() {
     };
     let (fake, events) = run_with(&[(1, Pattern::Sweep)], 10, knobs, |_, _| 0.5);
     assert_eq!(fake.sampled_windows[&1], 2, "{:?}", events[&1]);
-    let nothing = events[&1].iter().any(|e| {
-        matches!(e, EventKind::Transition { to: State::Steady, reason, .. }
-            if reason.contains("nothing to win"))
-    });
-    assert!(nothing, "{:?}", events[&1]);
+    assert!(said_nothing_to_win(&events[&1]), "{:?}", events[&1]);
 }
 
 /// The window in which each target (all StreamAndReuse, on one LLC of `llc_lines` lines)
@@ -499,11 +499,7 @@ fn reused_data_larger_than_the_cache_promises_only_what_the_cache_can_hold() {
     );
     assert!(!searched(&events[&1]), "{:?}", events[&1]);
     assert_eq!(fake.moved.get(&1), None);
-    let nothing = events[&1].iter().any(|e| {
-        matches!(e, EventKind::Transition { to: State::Steady, reason, .. }
-            if reason.contains("nothing to win"))
-    });
-    assert!(nothing, "{:?}", events[&1]);
+    assert!(said_nothing_to_win(&events[&1]), "{:?}", events[&1]);
 }
 
 #[test]
@@ -528,11 +524,7 @@ fn a_sparsely_sampled_region_promises_what_the_cache_can_hold_of_all_of_it() {
     );
     assert!(!searched(&events[&1]), "{:?}", events[&1]);
     assert_eq!(fake.moved.get(&1), None);
-    let nothing = events[&1].iter().any(|e| {
-        matches!(e, EventKind::Transition { to: State::Steady, reason, .. }
-            if reason.contains("nothing to win"))
-    });
-    assert!(nothing, "{:?}", events[&1]);
+    assert!(said_nothing_to_win(&events[&1]), "{:?}", events[&1]);
 }
 
 #[test]
