@@ -111,7 +111,7 @@ impl StackBuild {
 
 /// Address-ordered regions that sampling cannot tell apart, taken together: what a bound
 /// on the whole region (how much of it the LLC can hold) must count.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct RegionPool {
     /// The regions' pages, and the unsampled gaps between them that sampling explains.
     pub pages: u64,
