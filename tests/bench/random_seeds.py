@@ -12,8 +12,9 @@ geometric mean. --where-oracle-gains 0.05 keeps only the runs where the page's o
 summed over each such run's slowest tenant, its cycles over its baseline's less one, split
 into what page migrations and sampling cost it and the rest (probes at worse placements,
 the prefetcher off while profiling, other tenants' placements). --runs FILE also writes
-every run's speedup (offset, build, workload, machine, speedup; tab-separated), to see
-which runs two builds part on.
+every run's speedup (offset, build, workload, machine, speedup, and in a shared run its
+slowest tenant's; tab-separated), to see which runs two builds part on. Shared runs also
+count those whose slowest tenant ran below 0.95 of its baseline (issue 12's tenant bound).
 
     tests/bench/random_seeds.py --page docs/evaluation/random.json --offset 1 --offset 2 \\
         OLD_ROCSCTL NEW_ROCSCTL
@@ -38,6 +39,15 @@ def run_rocs(binary, page_dir, row, offset):
     if run.returncode != 0:
         raise SystemExit(f"{' '.join(command)} failed:\n{run.stderr}")
     return json.loads(run.stdout)
+
+
+def worst_tenant(result):
+    """The speedup of a run's slowest tenant against its baseline (None if it runs alone)."""
+    base, rocs = result["modes"]["baseline"], result["modes"]["rocs"]
+    if len(base["processes"]) < 2:
+        return None
+    return min(b["cycles"] / max(r["cycles"], 1)
+               for b, r in zip(base["processes"], rocs["processes"]))
 
 
 def slowest_tenant_loss(result):
@@ -79,14 +89,20 @@ def main():
                 results = list(pool.map(lambda r: run_rocs(binary, page_dir, r, offset), rows))
                 got = [r["speedup"] for r in results]
                 if runs:
-                    for row, speedup in zip(rows, got):
+                    for row, speedup, result in zip(rows, got, results):
+                        tenant = worst_tenant(result)
+                        tenant = "" if tenant is None else f"{tenant:.4f}"
                         runs.write(f"{offset}\t{binary}\t{row['workload']}\t"
-                                   f"{row['machine']}\t{speedup:.4f}\n")
+                                   f"{row['machine']}\t{speedup:.4f}\t{tenant}\n")
                     runs.flush()
                 geomean = math.exp(sum(map(math.log, got)) / len(got))
+                tenants = [t for t in map(worst_tenant, results) if t is not None]
+                bound = (f", {sum(t < 0.95 for t in tenants)} of {len(tenants)} shared runs "
+                         f"with a tenant below 0.95 (worst {min(tenants):.3f})") if tenants else ""
                 print(f"seed +{offset} {binary}: {len(got)} runs, "
                       f"{sum(s < 0.99 for s in got)} below 0.99, worst {min(got):.3f}, "
-                      f"median {statistics.median(got):.4f}, geomean {geomean:.4f}", flush=True)
+                      f"median {statistics.median(got):.4f}, geomean {geomean:.4f}{bound}",
+                      flush=True)
                 if args.losses:
                     split = [slowest_tenant_loss(r) for r in results if r["speedup"] < 0.99]
                     total, moves, sampling = (sum(x[i] for x in split) for i in range(3))
