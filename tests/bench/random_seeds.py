@@ -8,7 +8,9 @@ This replays every workload of a random page (its JSON: the TOMLs beside it, the
 the run's seed) in rocs mode with each given rocsctl, the seed moved by each --offset, and
 prints per build and offset: runs below 0.99 of off, the worst run, the median and the
 geometric mean. --where-oracle-gains 0.05 keeps only the runs where the page's oracle gains
-5%, to see what a change costs in gains. --losses also says where the runs below 0.99 lose:
+5%, to see what a change costs in gains. --promises compares, over the runs below 0.99, the
+largest promise of their searches for a target's own gain (from `--timeline`) with the
+page's oracle gain. --losses also says where the runs below 0.99 lose:
 summed over each such run's slowest tenant, its cycles over its baseline's less one, split
 into what page migrations and sampling cost it and the rest (probes at worse placements,
 the prefetcher off while profiling, other tenants' placements). --runs FILE also writes
@@ -24,6 +26,7 @@ import argparse
 import json
 import math
 import os
+import re
 import statistics
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
@@ -39,6 +42,21 @@ def run_rocs(binary, page_dir, row, offset):
     if run.returncode != 0:
         raise SystemExit(f"{' '.join(command)} failed:\n{run.stderr}")
     return json.loads(run.stdout)
+
+
+def largest_own_promise(binary, page_dir, row, offset):
+    """The largest promise (% of sampled LLC loads) of the run's searches for a target's
+    own gain (those at least min_promise, 2% by default), read from `--timeline`'s
+    "profile -> search" reasons; None if it made no such search."""
+    command = [binary, "sim", "run", "--workload",
+               os.path.join(page_dir, "random", row["workload"] + ".toml"),
+               "--machine", row["machine"], "--seed", str((row["seed"] + offset) % 2**64),
+               "--mode", "rocs", "--timeline"]
+    out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+    promises = [float(p) for p in re.findall(
+        r"profile -> search: [^\n]*?; ([0-9.]+)% of the sampled LLC loads", out)]
+    own = [p for p in promises if p >= 2.0]
+    return max(own) if own else None
 
 
 def worst_tenant(result):
@@ -72,6 +90,9 @@ def main():
                          "(0.05: the runs the page judges by fraction of the oracle)")
     ap.add_argument("--losses", action="store_true",
                     help="also split the losses of the runs below 0.99 by cause")
+    ap.add_argument("--promises", action="store_true",
+                    help="also compare, over the runs below 0.99, the largest promise of "
+                         "their searches for a target's own gain with the page's oracle gain")
     ap.add_argument("--runs", metavar="FILE", help="also write every run's speedup here")
     ap.add_argument("rocsctl", nargs="+")
     args = ap.parse_args()
@@ -109,6 +130,19 @@ def main():
                     print(f"  losses below 0.99, summed over their slowest tenants: "
                           f"{total:.3f} = migrations {moves:.3f} + sampling {sampling:.3f} "
                           f"+ the rest {total - moves - sampling:.3f}", flush=True)
+                if args.promises:
+                    below = [row for row, r in zip(rows, results) if r["speedup"] < 0.99]
+                    found = pool.map(lambda row: (row, largest_own_promise(
+                        binary, page_dir, row, offset)), below)
+                    pairs = [(p, row["oracle_speedup"] - 1) for row, p in found if p is not None]
+                    if pairs:
+                        over = sum(gain < p / 200 for p, gain in pairs)
+                        print(f"  runs below 0.99 that searched for a target's own gain: "
+                              f"{len(pairs)} of {len(below)}; largest promise, median "
+                              f"{statistics.median(p for p, _ in pairs):.1f}%; the page's "
+                              f"oracle gain, median {100 * statistics.median(g for _, g in pairs):.1f}%; "
+                              f"{over} where the oracle gains less than half the promise",
+                              flush=True)
 
 
 if __name__ == "__main__":
