@@ -17,7 +17,9 @@ other builds sharing the cores do not count. The medians of the rounds give the 
 What bounds rocs: a reference to the L1 line its stream (fetches, data) touched last is a hit
 that changes nothing, which the replay only counts. Each round also replays a trace of the
 other references alone; the full trace's references per CPU second of that replay give the
-ratio rocs would reach if those repeats cost nothing.
+ratio rocs would reach if those repeats cost nothing. With --trace-floor (the example
+`trace_floor`, which traces.sh builds), each round also decodes the binary trace from memory,
+alone and with the repeat check: the ratio no replay that decodes every reference could pass.
 
     tests/bench/traces.sh [--kib N] [--rounds R] [--keep DIR]
 """
@@ -124,6 +126,8 @@ def main():
     ap.add_argument("--keep", metavar="DIR",
                     help="copy the binary trace and its machine to DIR (t.rtrace, cg.toml) "
                          "for tests/bench/replay_ab.py and sim_digest")
+    ap.add_argument("--trace-floor", metavar="BIN",
+                    help="the trace_floor example: also measure decoding alone each round")
     args = ap.parse_args()
     for tool in ("valgrind", "gzip"):
         if not shutil.which(tool):
@@ -162,7 +166,7 @@ def main():
             shutil.copy(rtrace, args.keep)
             shutil.copy(machine, args.keep)
 
-        rocs, py, cg, free_repeats = [], [], [], []
+        rocs, py, cg, free_repeats, decode, decode_check = [], [], [], [], [], []
         for r in range(args.rounds):
             cpu, out = timed(
                 [args.rocsctl, "sim", "trace", rtrace, "--machine", machine,
@@ -176,6 +180,12 @@ def main():
             )
             free_repeats.append(refs / cpu)
             py.append(pycachesim_rate(addrs))
+            if args.trace_floor:
+                out = subprocess.run([args.trace_floor, rtrace, str(GEOMETRY["D1"][2]), "1"],
+                                     check=True, stdout=subprocess.PIPE, text=True).stdout
+                rates = [float(l.split(": ")[1].split()[0]) * 1e6 for l in out.splitlines()[1:3]]
+                decode.append(rates[0])
+                decode_check.append(rates[1])
             cg_out = os.path.join(work, "cachegrind.out")
             spec = lambda g: ",".join(map(str, g))
             cpu, _ = timed(
@@ -206,6 +216,10 @@ def main():
         print(f"bound: the {non_repeats} references that are not repeats replay alone at "
               f"{m(free_repeats) / 1e6:.1f} M of the trace's references per CPU second: "
               f"{m(free_repeats) / m(py):.2f} x pycachesim if repeats cost nothing")
+        if decode:
+            print(f"floor: decoding the binary trace alone {m(decode) / 1e6:.1f} M/s "
+                  f"({m(decode) / m(py):.2f} x pycachesim), with the repeat check "
+                  f"{m(decode_check) / 1e6:.1f} M/s ({m(decode_check) / m(py):.2f} x)")
     finally:
         shutil.rmtree(work)
 

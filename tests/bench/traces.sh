@@ -7,4 +7,6 @@
 set -eu
 cd "$(dirname "$0")/../.."
 cargo build --release -q -p rocs-cli
-exec python3 tests/bench/traces.py --rocsctl "$PWD/target/release/rocsctl" "$@"
+cargo build --release -q -p rocs-sim --example trace_floor
+exec python3 tests/bench/traces.py --rocsctl "$PWD/target/release/rocsctl" \
+    --trace-floor "$PWD/target/release/examples/trace_floor" "$@"

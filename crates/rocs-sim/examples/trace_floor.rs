@@ -1,0 +1,107 @@
+//! What decoding alone costs the trace replay: a binary trace decoded from memory into a
+//! sink that only counts, and into one that also tells the repeats (a reference to the line
+//! its stream touched last, which the replay only counts) from the rest, in M references
+//! per CPU second of this thread, the best of REPS runs. The floor under
+//! `tests/bench/traces.sh`'s replay figure (docs/traces.md).
+//!
+//!     cargo run --release -p rocs-sim --example trace_floor -- TRACE.rtrace [LINE_BYTES] [REPS]
+
+#[path = "../benches/common/mod.rs"]
+#[allow(dead_code)]
+mod common;
+
+use rocs_sim::trace::{BinaryReader, EventSink, TraceEvent, TraceKind};
+use rocs_sim::SimError;
+
+/// Counts events; folds their addresses so that decoding cannot be optimised away.
+struct Count {
+    events: u64,
+    fold: u64,
+}
+
+impl EventSink for Count {
+    #[inline(always)]
+    fn wants(&self) -> bool {
+        true
+    }
+
+    #[inline(always)]
+    fn event(&mut self, ev: TraceEvent) -> Result<(), SimError> {
+        self.events += 1;
+        self.fold ^= ev.addr;
+        Ok(())
+    }
+}
+
+/// The replay's repeat check (`machine::replay::RecentLines`) and nothing else.
+struct Repeats {
+    shift: u32,
+    events: u64,
+    repeats: u64,
+    last: [u64; 2],
+}
+
+impl EventSink for Repeats {
+    #[inline(always)]
+    fn wants(&self) -> bool {
+        true
+    }
+
+    #[inline(always)]
+    fn event(&mut self, ev: TraceEvent) -> Result<(), SimError> {
+        self.events += 1;
+        let stream = (ev.kind != TraceKind::Instr) as usize;
+        let size = ev.size.min(1 << self.shift);
+        let first = ev.addr >> self.shift;
+        let last = ev.addr.saturating_add(size - 1) >> self.shift;
+        if first == self.last[stream] && last == first {
+            self.repeats += 1;
+        } else {
+            self.last[stream] = last;
+        }
+        Ok(())
+    }
+}
+
+/// Feeds the whole trace to `sink`; CPU seconds taken.
+fn timed<S: EventSink>(bytes: &[u8], sink: &mut S) -> f64 {
+    let mut reader = BinaryReader::new(bytes).expect("a binary trace");
+    let start = common::thread_cpu_time();
+    while reader.feed(sink).expect("a readable trace") {}
+    (common::thread_cpu_time() - start).as_secs_f64()
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let Some(path) = args.first() else {
+        eprintln!("usage: trace_floor TRACE.rtrace [LINE_BYTES] [REPS]");
+        std::process::exit(2);
+    };
+    let line: u64 = args.get(1).map_or(64, |l| l.parse().expect("LINE_BYTES"));
+    let reps: usize = args.get(2).map_or(3, |r| r.parse().expect("REPS"));
+    assert!(line.is_power_of_two(), "LINE_BYTES must be a power of two");
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let (mut decode, mut filter) = (0.0f64, 0.0f64);
+    let (mut events, mut repeats) = (0, 0);
+    for _ in 0..reps {
+        let mut count = Count { events: 0, fold: 0 };
+        let seconds = timed(&bytes, &mut count);
+        std::hint::black_box(count.fold);
+        events = count.events;
+        decode = decode.max(events as f64 / seconds / 1e6);
+        let mut check = Repeats {
+            shift: line.trailing_zeros(),
+            events: 0,
+            repeats: 0,
+            last: [u64::MAX; 2],
+        };
+        let seconds = timed(&bytes, &mut check);
+        repeats = check.repeats;
+        filter = filter.max(check.events as f64 / seconds / 1e6);
+    }
+    println!(
+        "{path}: {events} references, {repeats} repeats of their stream's last {line}-byte line"
+    );
+    println!("decoding alone: {decode:.1} M references per CPU second (best of {reps})");
+    println!("decoding and the repeat check: {filter:.1} M references per CPU second");
+}
