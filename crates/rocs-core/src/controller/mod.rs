@@ -377,16 +377,6 @@ impl Controller {
             .saturating_add(delta.llc_misses)
             .saturating_add(context.sharer_misses);
         self.sharers_now.clone_from(&context.running_sharers);
-        if context.sharers_changed {
-            self.abandon_attempt(out);
-            self.undo_for_sharers(&context.running_sharers, out);
-            self.reverify_waits = false;
-            self.reverify_due = matches!(self.stage, Stage::Steady { .. })
-                && self
-                    .placed
-                    .as_ref()
-                    .is_some_and(|(_, among)| !among.is_subset(&context.running_sharers));
-        }
         // A window in which the target did not run says nothing about it.
         let ran = delta.cycles > 0 && delta.instructions > 0;
         let sampling_ns = std::mem::take(&mut self.sampling_ns);
@@ -417,6 +407,18 @@ impl Controller {
                 }
                 _ => {}
             }
+        }
+        // The window is charged to the stage it ran in (a profile's sampling included)
+        // before a change of sharers ends that stage.
+        if context.sharers_changed {
+            self.abandon_attempt(out);
+            self.undo_for_sharers(&context.running_sharers, out);
+            self.reverify_waits = false;
+            self.reverify_due = matches!(self.stage, Stage::Steady { .. })
+                && self
+                    .placed
+                    .as_ref()
+                    .is_some_and(|(_, among)| !among.is_subset(&context.running_sharers));
         }
         match self.stage.state() {
             State::Observe if ran => self.observe_window(&delta, context.turn, out),
