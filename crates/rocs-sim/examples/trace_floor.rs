@@ -13,35 +13,30 @@ mod common;
 use rocs_sim::trace::{BinaryReader, EventSink, TraceEvent, TraceKind};
 use rocs_sim::SimError;
 
-/// Counts events; folds their addresses so that decoding cannot be optimised away.
-struct Count {
-    events: u64,
-    fold: u64,
-}
-
-impl EventSink for Count {
-    #[inline(always)]
-    fn wants(&self) -> bool {
-        true
-    }
-
-    #[inline(always)]
-    fn event(&mut self, ev: TraceEvent) -> Result<(), SimError> {
-        self.events += 1;
-        self.fold ^= ev.addr;
-        Ok(())
-    }
-}
-
-/// The replay's repeat check (`machine::replay::RecentLines`) and nothing else.
-struct Repeats {
+/// Counts events; with `REPEATS`, also makes the replay's repeat check
+/// (`machine::replay::RecentLines`) and nothing else, otherwise folds the addresses so that
+/// decoding cannot be optimised away.
+struct Sink<const REPEATS: bool> {
     shift: u32,
     events: u64,
+    fold: u64,
     repeats: u64,
     last: [u64; 2],
 }
 
-impl EventSink for Repeats {
+impl<const REPEATS: bool> Sink<REPEATS> {
+    fn new(line: u64) -> Self {
+        Sink {
+            shift: line.trailing_zeros(),
+            events: 0,
+            fold: 0,
+            repeats: 0,
+            last: [u64::MAX; 2],
+        }
+    }
+}
+
+impl<const REPEATS: bool> EventSink for Sink<REPEATS> {
     #[inline(always)]
     fn wants(&self) -> bool {
         true
@@ -50,6 +45,10 @@ impl EventSink for Repeats {
     #[inline(always)]
     fn event(&mut self, ev: TraceEvent) -> Result<(), SimError> {
         self.events += 1;
+        if !REPEATS {
+            self.fold ^= ev.addr;
+            return Ok(());
+        }
         let stream = (ev.kind != TraceKind::Instr) as usize;
         let size = ev.size.min(1 << self.shift);
         let first = ev.addr >> self.shift;
@@ -84,17 +83,12 @@ fn main() {
     let (mut decode, mut filter) = (0.0f64, 0.0f64);
     let (mut events, mut repeats) = (0, 0);
     for _ in 0..reps {
-        let mut count = Count { events: 0, fold: 0 };
+        let mut count = Sink::<false>::new(line);
         let seconds = timed(&bytes, &mut count);
         std::hint::black_box(count.fold);
         events = count.events;
         decode = decode.max(events as f64 / seconds / 1e6);
-        let mut check = Repeats {
-            shift: line.trailing_zeros(),
-            events: 0,
-            repeats: 0,
-            last: [u64::MAX; 2],
-        };
+        let mut check = Sink::<true>::new(line);
         let seconds = timed(&bytes, &mut check);
         repeats = check.repeats;
         filter = filter.max(check.events as f64 / seconds / 1e6);
