@@ -2,7 +2,9 @@
 //! sink that only counts, and into one that also tells the repeats (a reference to the line
 //! its stream touched last, which the replay only counts) from the rest, in M references
 //! per CPU second of this thread, the best of REPS runs. The floor under
-//! `tests/bench/traces.sh`'s replay figure (docs/traces.md).
+//! `tests/bench/traces.sh`'s replay figure (docs/traces.md). Then how the repeats fall in
+//! runs (references in a row that are all repeats): what a record standing for a whole run
+//! could spare the replay.
 //!
 //!     cargo run --release -p rocs-sim --example trace_floor -- TRACE.rtrace [LINE_BYTES] [REPS]
 
@@ -62,6 +64,51 @@ impl<const REPEATS: bool> EventSink for Sink<REPEATS> {
     }
 }
 
+/// How long the runs of repeats are: references in a row that are all repeats (of either
+/// stream), as a record standing for a run would see them. Not timed.
+struct Runs {
+    shift: u32,
+    last: [u64; 2],
+    run: u64,
+    repeats: u64,
+    /// Repeats in runs of at least `RUN_LENGTHS[i]`.
+    in_runs: [u64; RUN_LENGTHS.len()],
+}
+
+const RUN_LENGTHS: [u64; 3] = [2, 4, 8];
+
+impl Runs {
+    fn end_run(&mut self) {
+        for (n, &len) in self.in_runs.iter_mut().zip(&RUN_LENGTHS) {
+            if self.run >= len {
+                *n += self.run;
+            }
+        }
+        self.run = 0;
+    }
+}
+
+impl EventSink for Runs {
+    fn wants(&self) -> bool {
+        true
+    }
+
+    fn event(&mut self, ev: TraceEvent) -> Result<(), SimError> {
+        let stream = (ev.kind != TraceKind::Instr) as usize;
+        let size = ev.size.min(1 << self.shift);
+        let first = ev.addr >> self.shift;
+        let last = ev.addr.saturating_add(size - 1) >> self.shift;
+        if first == self.last[stream] && last == first {
+            self.repeats += 1;
+            self.run += 1;
+        } else {
+            self.last[stream] = last;
+            self.end_run();
+        }
+        Ok(())
+    }
+}
+
 /// Feeds the whole trace to `sink`; CPU seconds taken.
 fn timed<S: EventSink>(bytes: &[u8], sink: &mut S) -> f64 {
     let mut reader = BinaryReader::new(bytes).expect("a binary trace");
@@ -98,4 +145,27 @@ fn main() {
     );
     println!("decoding alone: {decode:.1} M references per CPU second (best of {reps})");
     println!("decoding and the repeat check: {filter:.1} M references per CPU second");
+    let mut runs = Runs {
+        shift: line.trailing_zeros(),
+        last: [u64::MAX; 2],
+        run: 0,
+        repeats: 0,
+        in_runs: [0; RUN_LENGTHS.len()],
+    };
+    timed(&bytes, &mut runs);
+    runs.end_run();
+    let shares: Vec<String> = RUN_LENGTHS
+        .iter()
+        .zip(runs.in_runs)
+        .map(|(len, n)| {
+            format!(
+                "{len}: {:.1}%",
+                100.0 * n as f64 / runs.repeats.max(1) as f64
+            )
+        })
+        .collect();
+    println!(
+        "repeats in runs of at least N references in a row that are all repeats, N = {}",
+        shares.join(", ")
+    );
 }
