@@ -104,6 +104,30 @@ pub fn describe(kind: &EventKind, shown: &dyn Fn(Pid) -> Pid) -> (&'static str, 
                 migration_error(*errno)
             ),
         ),
+        EventKind::ColoursOverFull {
+            colours,
+            pages,
+            buffer_pages,
+        } => {
+            let mut parts = Vec::new();
+            if *pages > 0 {
+                parts.push(format!(
+                    "{} hold more of the stack's pages than they fit: the {} beyond that are \
+                     probed first",
+                    count(*colours, "colour", "colours"),
+                    count(*pages, "page", "pages")
+                ));
+            }
+            if let Some(n) = buffer_pages {
+                parts.push(format!(
+                    "{} of its pages on the pollute colours already over-fill the buffer: \
+                     probes move them out",
+                    n
+                ));
+            }
+            let text = parts.join("; ");
+            ("colours", text)
+        }
         EventKind::Restored => ("restore", "every confined page is back".to_string()),
     }
 }

@@ -65,6 +65,33 @@ impl MissRateStack {
         self.entries.iter().take(k).map(|e| e.page)
     }
 
+    /// The same pages with `first` (pages of this stack, in that order) moved to the top
+    /// and the rest in their order; a page not in the stack is ignored.
+    pub fn with_first(&self, first: &[VirtPage]) -> Self {
+        let at: std::collections::HashMap<VirtPage, usize> = self
+            .entries
+            .iter()
+            .enumerate()
+            .map(|(i, e)| (e.page, i))
+            .collect();
+        let lifted: Vec<usize> = first.iter().filter_map(|p| at.get(p).copied()).collect();
+        let mut taken = vec![false; self.entries.len()];
+        let mut entries = Vec::with_capacity(self.entries.len());
+        for i in lifted {
+            if !std::mem::replace(&mut taken[i], true) {
+                entries.push(self.entries[i]);
+            }
+        }
+        entries.extend(
+            self.entries
+                .iter()
+                .zip(&taken)
+                .filter(|(_, &t)| !t)
+                .map(|(e, _)| *e),
+        );
+        MissRateStack { entries }
+    }
+
     /// Region boundaries in stack order: the positions where the miss rate changes (pages
     /// of one merged region share theirs).
     pub fn boundaries(&self) -> Vec<usize> {
@@ -105,5 +132,21 @@ mod tests {
             vec![3, 2, 1],
             "page 4 has no LLC samples and is not ranked"
         );
+    }
+
+    #[test]
+    fn pages_brought_to_the_top_keep_their_order_and_the_rest_theirs() {
+        let entries = (1..=5)
+            .map(|p| StackEntry {
+                page: VirtPage(p),
+                hits: 0,
+                misses: 6 - p,
+                miss_rate: 1.0 - p as f64 / 10.0,
+            })
+            .collect();
+        let s = MissRateStack::from_entries(entries);
+        let lifted = s.with_first(&[VirtPage(4), VirtPage(9), VirtPage(2), VirtPage(4)]);
+        let order: Vec<u64> = lifted.top(10).map(|v| v.0).collect();
+        assert_eq!(order, vec![4, 2, 1, 3, 5], "page 9 is not in the stack");
     }
 }

@@ -60,6 +60,10 @@ pub(crate) struct PageLedger {
     awaiting_colours: bool,
     /// Pages that may still move in this window.
     budget_left: u32,
+    /// Probes move squatters out too: there are more of them than the buffer holds, so
+    /// that they miss there whatever else is confined, and a probe that leaves them
+    /// measures nothing.
+    probes_evict: bool,
 }
 
 impl PageLedger {
@@ -76,6 +80,7 @@ impl PageLedger {
             in_flight: 0,
             awaiting_colours: false,
             budget_left: page_budget,
+            probes_evict: false,
         }
     }
 
@@ -134,6 +139,12 @@ impl PageLedger {
     /// page back).
     pub fn forget_failures(&mut self) {
         self.failed.clear();
+    }
+
+    /// Whether probes move squatters out too, as settled placements do (see
+    /// `probes_evict`).
+    pub fn set_probes_evict(&mut self, evict: bool) {
+        self.probes_evict = evict;
     }
 
     /// Ask the colour of `pages`' frames; the answer comes through [`PageLedger::on_colours`].
@@ -201,7 +212,11 @@ impl PageLedger {
             .confined
             .iter()
             .filter(|p| seen(p))
-            .chain(self.squatters.iter().filter(|_| settled && k > 0))
+            .chain(
+                self.squatters
+                    .iter()
+                    .filter(|_| (settled || self.probes_evict) && k > 0),
+            )
             .filter(|p| !target.contains(p) && !self.failed.contains(p))
             .filter(|p| !self.explicit.contains(p))
             .copied()
@@ -269,7 +284,15 @@ impl PageLedger {
             .iter()
             .filter(|p| !self.confined.contains(p) && !self.squatters.contains(p))
             .count();
-        restore + pollute
+        let evict = if self.probes_evict && k > 0 {
+            self.squatters
+                .iter()
+                .filter(|p| !target.contains(p) && !self.failed.contains(p))
+                .count()
+        } else {
+            0
+        };
+        restore + pollute + evict
     }
 
     /// A migration report: pages moved, and those that could not (not tried again until

@@ -166,6 +166,16 @@ pub enum EventKind {
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         sharers: Vec<SharerPace>,
     },
+    /// Before the search: some colours hold more of the stack's pages than they fit, and
+    /// the `pages` beyond that (from `colours` colours) are probed first. `buffer_pages`:
+    /// the target's pages already on the pollute colours, when they over-fill the buffer
+    /// and probes move them out.
+    ColoursOverFull {
+        colours: usize,
+        pages: usize,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        buffer_pages: Option<u64>,
+    },
     /// The target has reason to profile (`reason`), but another target of the same LLC
     /// (`holder`, a platform pid: the driver names it as users know it) holds the turn.
     Waiting { holder: Pid, reason: String },

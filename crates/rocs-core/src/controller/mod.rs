@@ -166,6 +166,9 @@ pub struct Controller {
     /// Pages of data the LLC holds outside the pollute buffer ([`Controller::set_llc`];
     /// 0: unknown).
     llc_room_pages: u64,
+    /// How many pages one colour of the LLC holds (its ways, in every slice); 0 until the
+    /// platform says what the LLC is.
+    colour_pages: u64,
     /// LLC misses of this target and the others sharing its LLC since it was attached.
     llc_misses_seen: u64,
     history: VecDeque<Event>,
@@ -204,6 +207,7 @@ impl Controller {
             unsampled_ipcs: VecDeque::new(),
             llc_lines: 0,
             llc_room_pages: 0,
+            colour_pages: 0,
             llc_misses_seen: 0,
             skip_window: false,
             history: VecDeque::new(),
@@ -225,6 +229,7 @@ impl Controller {
         let colours = u64::from(llc.colours().max(1));
         let ordinary = colours.saturating_sub(self.pollute.len() as u64);
         self.llc_room_pages = pages * ordinary / colours;
+        self.colour_pages = llc.ways * llc.slices;
     }
 
     pub fn pid(&self) -> Pid {

@@ -10,7 +10,7 @@ use super::{Controller, Stage};
 use crate::knobs::SearchMode;
 use crate::regions::{build_stack, pool_regions, RegionParams, RegionPool, StackBuild};
 use crate::search::{resolvable_gain, Next, Search};
-use crate::{CounterDelta, MissRateStack, PageProfile, Pid, VirtPage};
+use crate::{Colour, CounterDelta, MissRateStack, PageProfile, Pid, VirtPage};
 
 /// Phases whose search result is remembered (the oldest is forgotten first).
 const PHASES_REMEMBERED: usize = 4;
@@ -442,9 +442,86 @@ impl Controller {
         if !self.pages.on_colours(&report, &self.pollute) {
             return;
         }
+        self.relieve_colours_first(&report, out);
         if matches!(self.stage, Stage::Search(_)) && self.pages.in_flight() == 0 {
             self.search_step(out);
         }
+    }
+
+    /// Before a search's first window: if the stack's pages over-fill some colours (more of
+    /// them on a colour than it holds), the pages beyond what each holds go to the top of
+    /// the stack and the search probes exactly them first. The allocator deals frames out
+    /// at random, so a reused array of half the LLC can put nine pages on a colour of eight
+    /// ways: those pages miss on every pass however little else runs, while the array's
+    /// other pages always hit. Moving one of them into the pollute buffer makes them all
+    /// hit; moving a region of the stack (the search's usual first probe) can put more
+    /// pages in the buffer than it holds, and they then miss there instead.
+    fn relieve_colours_first(&mut self, report: &ColourReport, out: &mut Vec<Action>) {
+        let fresh = matches!(&self.stage, Stage::Search(run) if run.measuring.is_none()
+            && run.placing.is_none() && run.final_k.is_none())
+            && self
+                .search
+                .as_ref()
+                .is_some_and(|s| s.measurements().in_order().is_empty());
+        if !fresh || self.colour_pages == 0 {
+            return;
+        }
+        self.pages.set_probes_evict(false);
+        let colours: BTreeMap<VirtPage, Colour> = report
+            .pages
+            .iter()
+            .zip(&report.results)
+            .filter_map(|(p, r)| r.ok().map(|c| (*p, c)))
+            .collect();
+        let buffer_pages = self.pollute.len() as u64 * self.colour_pages;
+        let overflow = colour_overflow(
+            &self.build.stack,
+            &colours,
+            &self.pollute,
+            self.colour_pages,
+        );
+        // Over-full colours are conflicts only when the stack would fit the ordinary
+        // colours spread evenly; a stack larger than they hold misses for want of room.
+        let ordinary_pages = colours.len() as u64 - overflow.buffer;
+        if ordinary_pages > self.llc_room_pages {
+            return;
+        }
+        // The program's own pages on the pollute colours (frames it was given before rocs
+        // reserved them) stay there through probes and take the buffer's room. When they
+        // over-fill it they miss there whatever else is confined: probes then move them
+        // out too, and the smallest placement relieves the buffer.
+        let buffer_full = overflow.buffer > buffer_pages;
+        let room = if buffer_full {
+            buffer_pages
+        } else {
+            buffer_pages - overflow.buffer
+        };
+        // Whole colours only: a colour relieved of fewer pages than it holds too many
+        // still misses on all of them.
+        let mut relief = Vec::new();
+        let mut relieved = 0;
+        for pages in &overflow.by_colour {
+            if (relief.len() + pages.len()) as u64 > room {
+                break;
+            }
+            relief.extend_from_slice(pages);
+            relieved += 1;
+        }
+        let k = relief.len().max(usize::from(buffer_full));
+        if k == 0 {
+            return;
+        }
+        self.pages.set_probes_evict(buffer_full);
+        self.build.stack = self.build.stack.with_first(&relief);
+        if let Some(search) = self.search.as_mut() {
+            search.probe_first(k);
+        }
+        let over_full = EventKind::ColoursOverFull {
+            colours: relieved,
+            pages: relief.len(),
+            buffer_pages: buffer_full.then_some(overflow.buffer),
+        };
+        self.event(over_full, out);
     }
 
     /// A window of the search: measure the placement if it is ready, then decide what the
@@ -975,6 +1052,51 @@ impl Controller {
     }
 }
 
+/// Where a stack's pages over-fill the colours they are on.
+#[derive(Debug, Default, PartialEq)]
+struct ColourOverflow {
+    /// For each over-full ordinary colour, the pages beyond what it holds; the least
+    /// over-full colours first.
+    by_colour: Vec<Vec<VirtPage>>,
+    /// The stack's pages on the pollute colours.
+    buffer: u64,
+}
+
+/// The pages of `stack` beyond what their colour holds (`per_colour` pages), on the
+/// ordinary colours (`colours` maps pages to their frames' colours; pages it does not name
+/// are left out): from each over-full colour, as many as it holds too many, those that
+/// missed most in the profile first. And how many of the stack's pages are on the pollute
+/// colours.
+fn colour_overflow(
+    stack: &MissRateStack,
+    colours: &BTreeMap<VirtPage, Colour>,
+    pollute: &[Colour],
+    per_colour: u64,
+) -> ColourOverflow {
+    let mut on: BTreeMap<Colour, Vec<(u64, usize, VirtPage)>> = BTreeMap::new();
+    let mut buffer = 0;
+    for (rank, e) in stack.entries().iter().enumerate() {
+        match colours.get(&e.page) {
+            Some(c) if pollute.contains(c) => buffer += 1,
+            Some(&c) => on.entry(c).or_default().push((e.misses, rank, e.page)),
+            None => {}
+        }
+    }
+    let per_colour = per_colour as usize;
+    let mut full: Vec<Vec<(u64, usize, VirtPage)>> =
+        on.into_values().filter(|v| v.len() > per_colour).collect();
+    full.sort_by_key(|v| v.len());
+    let by_colour = full
+        .into_iter()
+        .map(|mut pages| {
+            let over = pages.len() - per_colour;
+            pages.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+            pages.iter().take(over).map(|&(_, _, p)| p).collect()
+        })
+        .collect();
+    ColourOverflow { by_colour, buffer }
+}
+
 /// A set of pids as the controller's reasons name them: "pid 1, pid 2", or "none".
 fn pids(set: &BTreeSet<Pid>) -> String {
     if set.is_empty() {
@@ -1003,4 +1125,69 @@ fn overlap(a: &HashSet<VirtPage>, b: &HashSet<VirtPage>) -> f64 {
 /// group, and another sharer has reused data that misses.
 fn for_others(context: &WindowContext) -> bool {
     context.group.is_some() && context.sharers_miss
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::StackEntry;
+
+    fn stack(pages: &[(u64, u64)]) -> MissRateStack {
+        MissRateStack::from_entries(
+            pages
+                .iter()
+                .map(|&(page, misses)| StackEntry {
+                    page: VirtPage(page),
+                    hits: 4 - misses,
+                    misses,
+                    miss_rate: 0.5,
+                })
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn the_pages_a_colour_holds_too_many_are_those_that_missed_most() {
+        // Colours of 2 pages; colour 1 has 4 (2 too many), colour 2 has 3 (1 too many),
+        // colour 3 has 2, and colour 9 is the buffer's.
+        let s = stack(&[
+            (1, 1),
+            (2, 4),
+            (3, 3),
+            (4, 0),
+            (5, 0),
+            (6, 2),
+            (7, 1),
+            (8, 4),
+            (9, 4),
+            (10, 4),
+        ]);
+        let colours: BTreeMap<VirtPage, Colour> = [
+            (1, 1),
+            (2, 1),
+            (3, 1),
+            (4, 1),
+            (5, 2),
+            (6, 2),
+            (7, 2),
+            (8, 3),
+            (9, 3),
+            (10, 9),
+        ]
+        .into_iter()
+        .map(|(p, c)| (VirtPage(p), Colour(c)))
+        .collect();
+        let o = colour_overflow(&s, &colours, &[Colour(9)], 2);
+        // The least over-full colour first; within a colour, the most misses first.
+        assert_eq!(
+            o.by_colour,
+            vec![vec![VirtPage(6)], vec![VirtPage(2), VirtPage(3)]]
+        );
+        assert_eq!(o.buffer, 1);
+        // With colours of 4 pages nothing is over-full.
+        assert_eq!(
+            colour_overflow(&s, &colours, &[Colour(9)], 4).by_colour,
+            Vec::<Vec<VirtPage>>::new()
+        );
+    }
 }

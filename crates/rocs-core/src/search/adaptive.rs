@@ -152,6 +152,18 @@ impl AdaptiveSearch {
         }
     }
 
+    /// See [`super::Search::probe_first`].
+    pub fn probe_first(&mut self, k: usize) {
+        if k == 0 || k >= self.n {
+            return;
+        }
+        for points in [&mut self.boundaries, &mut self.coarse] {
+            if let Err(at) = points.binary_search(&k) {
+                points.insert(at, k);
+            }
+        }
+    }
+
     /// See [`super::Search::judged_by_group`].
     pub fn judge_by_group(&mut self) {
         self.judged_by_group = true;

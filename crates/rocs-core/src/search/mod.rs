@@ -243,6 +243,15 @@ impl Search {
         }
     }
 
+    /// Measure `k` among the coarse points, and let refinement stop at it: the top `k` pages
+    /// are a placement worth trying in its own right (the pages that over-fill their
+    /// colours). Adaptive search only.
+    pub fn probe_first(&mut self, k: usize) {
+        if let Some(a) = self.adaptive.as_mut() {
+            a.probe_first(k);
+        }
+    }
+
     /// Start by measuring `k`, the remembered choice of an earlier phase whose stack this
     /// one repeats, and end there if it measures at least `accept_above` (the remembered
     /// search measured k = 0 then; a phase that comes back need not pay for it again).
