@@ -15,25 +15,52 @@ mod common;
 use rocs_sim::trace::{BinaryReader, EventSink, TraceEvent, TraceKind};
 use rocs_sim::SimError;
 
-/// Counts events; with `REPEATS`, also makes the replay's repeat check
-/// (`machine::replay::RecentLines`) and nothing else, otherwise folds the addresses so that
-/// decoding cannot be optimised away.
-struct Sink<const REPEATS: bool> {
+/// The replay's repeat check (`machine::replay::RecentLines`): the line each stream
+/// (instruction fetches, data accesses) touched last.
+struct LastLines {
     shift: u32,
+    last: [u64; 2],
+}
+
+impl LastLines {
+    fn new(line: u64) -> Self {
+        LastLines {
+            shift: line.trailing_zeros(),
+            last: [u64::MAX; 2],
+        }
+    }
+
+    /// Whether `ev` lies in its stream's last line; if not, its last line is now that one.
+    #[inline(always)]
+    fn repeats(&mut self, ev: &TraceEvent) -> bool {
+        let stream = (ev.kind != TraceKind::Instr) as usize;
+        let size = ev.size.min(1 << self.shift);
+        let first = ev.addr >> self.shift;
+        let last = ev.addr.saturating_add(size - 1) >> self.shift;
+        if first == self.last[stream] && last == first {
+            return true;
+        }
+        self.last[stream] = last;
+        false
+    }
+}
+
+/// Counts events; with `REPEATS`, also makes the replay's repeat check and nothing else,
+/// otherwise folds the addresses so that decoding cannot be optimised away.
+struct Sink<const REPEATS: bool> {
+    lines: LastLines,
     events: u64,
     fold: u64,
     repeats: u64,
-    last: [u64; 2],
 }
 
 impl<const REPEATS: bool> Sink<REPEATS> {
     fn new(line: u64) -> Self {
         Sink {
-            shift: line.trailing_zeros(),
+            lines: LastLines::new(line),
             events: 0,
             fold: 0,
             repeats: 0,
-            last: [u64::MAX; 2],
         }
     }
 }
@@ -51,14 +78,8 @@ impl<const REPEATS: bool> EventSink for Sink<REPEATS> {
             self.fold ^= ev.addr;
             return Ok(());
         }
-        let stream = (ev.kind != TraceKind::Instr) as usize;
-        let size = ev.size.min(1 << self.shift);
-        let first = ev.addr >> self.shift;
-        let last = ev.addr.saturating_add(size - 1) >> self.shift;
-        if first == self.last[stream] && last == first {
+        if self.lines.repeats(&ev) {
             self.repeats += 1;
-        } else {
-            self.last[stream] = last;
         }
         Ok(())
     }
@@ -67,8 +88,7 @@ impl<const REPEATS: bool> EventSink for Sink<REPEATS> {
 /// How long the runs of repeats are: references in a row that are all repeats (of either
 /// stream), as a record standing for a run would see them. Not timed.
 struct Runs {
-    shift: u32,
-    last: [u64; 2],
+    lines: LastLines,
     run: u64,
     repeats: u64,
     /// Repeats in runs of at least `RUN_LENGTHS[i]`.
@@ -94,15 +114,10 @@ impl EventSink for Runs {
     }
 
     fn event(&mut self, ev: TraceEvent) -> Result<(), SimError> {
-        let stream = (ev.kind != TraceKind::Instr) as usize;
-        let size = ev.size.min(1 << self.shift);
-        let first = ev.addr >> self.shift;
-        let last = ev.addr.saturating_add(size - 1) >> self.shift;
-        if first == self.last[stream] && last == first {
+        if self.lines.repeats(&ev) {
             self.repeats += 1;
             self.run += 1;
         } else {
-            self.last[stream] = last;
             self.end_run();
         }
         Ok(())
@@ -146,8 +161,7 @@ fn main() {
     println!("decoding alone: {decode:.1} M references per CPU second (best of {reps})");
     println!("decoding and the repeat check: {filter:.1} M references per CPU second");
     let mut runs = Runs {
-        shift: line.trailing_zeros(),
-        last: [u64::MAX; 2],
+        lines: LastLines::new(line),
         run: 0,
         repeats: 0,
         in_runs: [0; RUN_LENGTHS.len()],
