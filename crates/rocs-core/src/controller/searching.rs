@@ -512,6 +512,9 @@ impl Controller {
             return;
         }
         self.pages.set_probes_evict(buffer_full);
+        // The search keeps the boundaries of the stack it was made for: lifting at most
+        // the buffer's pages to the top moves the region boundaries above where they came
+        // from by at most that many places.
         self.build.stack = self.build.stack.with_first(&relief);
         if let Some(search) = self.search.as_mut() {
             search.probe_first(k);

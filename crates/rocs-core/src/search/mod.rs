@@ -243,9 +243,9 @@ impl Search {
         }
     }
 
-    /// Measure `k` among the coarse points, and let refinement stop at it: the top `k` pages
-    /// are a placement worth trying in its own right (the pages that over-fill their
-    /// colours). Adaptive search only.
+    /// Measure `k` among the coarse points, and count it among the boundaries refinement
+    /// snaps to: the top `k` pages are a placement worth trying in its own right (the
+    /// pages that over-fill their colours). Adaptive search only.
     pub fn probe_first(&mut self, k: usize) {
         if let Some(a) = self.adaptive.as_mut() {
             a.probe_first(k);
