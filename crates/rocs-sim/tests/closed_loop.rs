@@ -29,6 +29,16 @@ fn eval(workload: &str) -> EvalRow {
     evaluate("ppc970fx", workload, &make, &config(), &mut |_| {}).unwrap()
 }
 
+/// rocs (adaptive search, default knobs, the evaluation's window) on `w`: its speedup over
+/// the baseline, and the run.
+fn rocs_alone(machine: &MachineSpec, w: &Workload, seed: u64) -> (f64, RocsRun) {
+    let make = || Machine::new(machine, w, seed);
+    let cfg = LoopConfig::default();
+    let base = run_baseline(&make).unwrap();
+    let run = run_rocs(&make, &cfg.knobs, cfg.window_for(&base)).unwrap();
+    (base.stats.cycles as f64 / run.stats.cycles as f64, run)
+}
+
 /// Baseline and rocs in both search modes (no oracle: with nothing to gain the target is
 /// "lose at most 1%"), at the evaluation's window count.
 struct NoGain {
@@ -189,11 +199,7 @@ fn with_nothing_to_gain_on_xeon_like_rocs_loses_under_1_percent() {
     let machine = MachineSpec::resolve("xeon-like").unwrap();
     for workload in ["cg-like", "art-like"] {
         let w = Workload::resolve(workload).unwrap().scaled(0.5);
-        let make = || Machine::new(&machine, &w, 1);
-        let cfg = LoopConfig::default();
-        let base = run_baseline(&make).unwrap();
-        let run = run_rocs(&make, &cfg.knobs, cfg.window_for(&base)).unwrap();
-        let speedup = base.stats.cycles as f64 / run.stats.cycles as f64;
+        let (speedup, run) = rocs_alone(&machine, &w, 1);
         assert!(
             speedup >= 0.99,
             "{workload} on xeon-like: speedup {speedup:.4} ({} search windows, {} pages moved)",
@@ -362,11 +368,7 @@ fn pages_that_over_fill_their_colour_are_relieved_first() {
         DEFAULT_ACCESSES_PER_LLC_LINE,
     );
     assert_eq!(w.name, "random-ppc970fx-5d661213e73f2e68");
-    let make = || Machine::new(&machine, &w, 6_730_086_569_845_141_096);
-    let cfg = LoopConfig::default();
-    let base = run_baseline(&make).unwrap();
-    let rocs = run_rocs(&make, &cfg.knobs, cfg.window_for(&base)).unwrap();
-    let speedup = base.stats.cycles as f64 / rocs.stats.cycles as f64;
+    let (speedup, rocs) = rocs_alone(&machine, &w, 6_730_086_569_845_141_096);
     assert!(
         speedup > 2.0,
         "speedup {speedup:.3}, {} pages confined",
