@@ -65,6 +65,12 @@ impl MissRateStack {
         self.entries.iter().take(k).map(|e| e.page)
     }
 
+    /// The top `k` entries in their order (all of them if the stack is smaller).
+    pub fn truncated(&self, k: usize) -> Self {
+        let entries = self.entries[..k.min(self.entries.len())].to_vec();
+        MissRateStack { entries }
+    }
+
     /// The same pages with `first` (pages of this stack, in that order) moved to the top
     /// and the rest in their order; a page not in the stack is ignored.
     pub fn with_first(&self, first: &[VirtPage]) -> Self {

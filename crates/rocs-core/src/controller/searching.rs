@@ -10,7 +10,7 @@ use super::{Controller, Stage};
 use crate::knobs::SearchMode;
 use crate::regions::{build_stack, pool_regions, RegionParams, RegionPool, StackBuild};
 use crate::search::{resolvable_gain, Next, Search};
-use crate::{Colour, CounterDelta, MissRateStack, PageProfile, Pid, VirtPage};
+use crate::{Colour, CounterDelta, MissRateStack, PageProfile, Pid, StackEntry, VirtPage};
 
 /// Phases whose search result is remembered (the oldest is forgotten first).
 const PHASES_REMEMBERED: usize = 4;
@@ -89,6 +89,11 @@ pub(super) struct SearchRun {
     /// Each sharer's pace at each `k` measured (the last measurement), for a search judged
     /// by the LLC group.
     paces: BTreeMap<usize, Vec<SharerPace>>,
+    /// The profile promised nothing (this is its reason for ending in Steady), unless the
+    /// colour report shows the stack's pages over-filling their colours: pages that miss on
+    /// every pass, like a stream's, though they are reused. The search goes on only for
+    /// them, and only if their misses are worth a search.
+    unless_over_full: Option<String>,
     /// The search moves its pages back and ends in Observe, for this reason: the targets
     /// sharing the LLC changed during it (see `Controller::abandon_attempt`), or those a
     /// kept placement was chosen for no longer run (see `Controller::undo_for_sharers`).
@@ -156,6 +161,7 @@ impl Controller {
         // another sharer misses: then the data to protect is theirs.
         let promise = self.promise();
         self.promise = Some(promise);
+        let mut unless_over_full = None;
         if promise < self.knobs.min_promise && !for_others(context) {
             let reason = format!(
                 "nothing to win: {:.1}% of the sampled LLC loads miss on pages that are also \
@@ -187,10 +193,12 @@ impl Controller {
                 self.move_back_and_observe(reason, out);
                 return;
             }
-            self.enter_steady(reason, false, out);
-            return;
-        }
-        if promise < self.knobs.min_promise {
+            if !self.colours_could_over_fill(n) {
+                self.enter_steady(reason, false, out);
+                return;
+            }
+            unless_over_full = Some(reason);
+        } else if promise < self.knobs.min_promise {
             // A search only for the sharers' gain confines only what this target does not
             // reuse itself: its pages that (nearly) only miss. Its pages that hit would
             // lose those hits in the pollute colours, at its own expense: a tenant whose
@@ -225,31 +233,41 @@ impl Controller {
         if scored {
             search.judged_by_group();
         }
-        let recalled = self.recall();
+        let recalled = self.recall().filter(|_| unless_over_full.is_none());
         if let Some((k, accept_above)) = recalled {
             search.recall(k, accept_above);
         }
         self.search = Some(search);
-        self.stats.searches += 1;
-        let mut reason = format!(
-            "{} search over a stack of {n} pages in {} regions; {:.1}% of the sampled LLC \
-             loads miss on pages that are also reused (what confining could turn into hits)",
-            self.knobs.search,
-            self.build.regions.len(),
-            promise * 100.0
-        );
-        if let Some(all) = for_sharers {
-            reason += &format!(
-                "; for the sharers' gain: only the {n} of its {all} pages that only stream"
+        let reason = if let Some(gate) = &unless_over_full {
+            format!(
+                "{gate}; unless its pages over-fill their colours (reused pages then miss on \
+                 every pass, like a stream's): asking which colours its {n} pages are on"
+            )
+        } else {
+            self.stats.searches += 1;
+            let mut reason = format!(
+                "{} search over a stack of {n} pages in {} regions; {:.1}% of the sampled \
+                 LLC loads miss on pages that are also reused (what confining could turn \
+                 into hits)",
+                self.knobs.search,
+                self.build.regions.len(),
+                promise * 100.0
             );
-        }
-        if let (Some((k, _)), SearchMode::Adaptive) = (recalled, self.knobs.search) {
-            reason += &format!(", from k = {k}: its top pages are an earlier phase's choice");
-        }
+            if let Some(all) = for_sharers {
+                reason += &format!(
+                    "; for the sharers' gain: only the {n} of its {all} pages that only stream"
+                );
+            }
+            if let (Some((k, _)), SearchMode::Adaptive) = (recalled, self.knobs.search) {
+                reason += &format!(", from k = {k}: its top pages are an earlier phase's choice");
+            }
+            reason
+        };
         let run = SearchRun {
             started_at: self.stats.windows,
             judged_by_group: scored,
             profile_ipcs,
+            unless_over_full,
             ..SearchRun::default()
         };
         self.transition(Stage::Search(Box::new(run)), reason, out);
@@ -442,31 +460,73 @@ impl Controller {
         if !self.pages.on_colours(&report, &self.pollute) {
             return;
         }
-        self.relieve_colours_first(&report, out);
-        if matches!(self.stage, Stage::Search(_)) && self.pages.in_flight() == 0 {
-            self.search_step(out);
-        }
-    }
-
-    /// Before a search's first window: if the stack's pages over-fill some colours (more of
-    /// them on a colour than it holds), the pages beyond what each holds go to the top of
-    /// the stack and the search probes exactly them first. The allocator deals frames out
-    /// at random, so a reused array of half the LLC can put nine pages on a colour of eight
-    /// ways: those pages miss on every pass however little else runs, while the array's
-    /// other pages always hit. Moving one of them into the pollute buffer makes them all
-    /// hit; moving a region of the stack (the search's usual first probe) can put more
-    /// pages in the buffer than it holds, and they then miss there instead.
-    fn relieve_colours_first(&mut self, report: &ColourReport, out: &mut Vec<Action>) {
         let fresh = matches!(&self.stage, Stage::Search(run) if run.measuring.is_none()
             && run.placing.is_none() && run.final_k.is_none())
             && self
                 .search
                 .as_ref()
                 .is_some_and(|s| s.measurements().in_order().is_empty());
-        if !fresh || self.colour_pages == 0 {
-            return;
+        let relief = if fresh {
+            self.pages.set_probes_evict(false);
+            self.colour_relief(&report)
+        } else {
+            None
+        };
+        let gate = self.run_mut().and_then(|run| run.unless_over_full.take());
+        if let Some(reason) = gate {
+            // The profile promised nothing: the search goes on only for the pages that
+            // over-fill their colours, and only if their misses are worth one.
+            let promise = relief.as_ref().map_or(0.0, |r| r.promise);
+            let Some(relief) = relief.filter(|_| promise >= self.knobs.min_promise) else {
+                let reason = format!(
+                    "{reason}; and no colour is over-full with pages whose misses a search \
+                     could win ({:.1}% of the sampled LLC loads)",
+                    promise * 100.0
+                );
+                self.enter_steady(reason, false, out);
+                return;
+            };
+            self.promise = Some(promise);
+            self.stats.searches += 1;
+            // Only the relief is searched: the rest of the stack promised nothing.
+            let k = relief.k;
+            self.relieve_colours_first(relief, out);
+            self.build.stack = self.build.stack.truncated(k);
+            if let Some(search) = self.search.as_mut() {
+                search.only_top(k);
+            }
+        } else if let Some(relief) = relief {
+            self.relieve_colours_first(relief, out);
         }
-        self.pages.set_probes_evict(false);
+        if matches!(self.stage, Stage::Search(_)) && self.pages.in_flight() == 0 {
+            self.search_step(out);
+        }
+    }
+
+    /// Whether a stack of `n` pages could over-fill some colours where it would otherwise
+    /// fit the ordinary colours (what [`Controller::colour_relief`] looks for): the
+    /// platform said how large the colours are, and the stack is not larger than the LLC's
+    /// ordinary colours and the buffer together. Adaptive search only (linear search is
+    /// the paper's Algorithm 1 over the whole stack).
+    fn colours_could_over_fill(&self, n: usize) -> bool {
+        let buffer_pages = self.pollute.len() as u64 * self.colour_pages;
+        self.knobs.search == SearchMode::Adaptive
+            && self.colour_pages > 0
+            && n as u64 <= self.llc_room_pages + buffer_pages
+    }
+
+    /// Before a search's first window: whether the stack's pages over-fill some colours
+    /// (more of them on a colour than it holds), and if so which pages to probe first:
+    /// those beyond what each colour holds. The allocator deals frames out at random, so
+    /// a reused array of half the LLC can put nine pages on a colour of eight ways: those
+    /// pages miss on every pass however little else runs, while the array's other pages
+    /// always hit. Moving one of them into the pollute buffer makes them all hit; moving
+    /// a region of the stack (the search's usual first probe) can put more pages in the
+    /// buffer than it holds, and they then miss there instead.
+    fn colour_relief(&self, report: &ColourReport) -> Option<ColourRelief> {
+        if self.colour_pages == 0 {
+            return None;
+        }
         let colours: BTreeMap<VirtPage, Colour> = report
             .pages
             .iter()
@@ -479,50 +539,77 @@ impl Controller {
             &colours,
             &self.pollute,
             self.colour_pages,
+            reused_loads(&self.build.stack),
         );
         // Over-full colours are conflicts only when the stack would fit the ordinary
         // colours spread evenly; a stack larger than they hold misses for want of room.
-        let ordinary_pages = colours.len() as u64 - overflow.buffer;
+        let ordinary_pages = colours.len() as u64 - overflow.buffer.pages;
         if ordinary_pages > self.llc_room_pages {
-            return;
+            return None;
         }
+        // Whole colours only: a colour relieved of fewer pages than it holds too many
+        // still misses on all of them. What relieving them could win: every miss on the
+        // pages of the colours relieved (all of them hit once it holds no more than fit).
+        let relieve = |room: u64| {
+            let mut relief = (Vec::new(), 0, 0.0);
+            for over_full in &overflow.by_colour {
+                if (relief.0.len() + over_full.over.len()) as u64 > room {
+                    break;
+                }
+                relief.0.extend_from_slice(&over_full.over);
+                relief.1 += 1;
+                relief.2 += over_full.excess_misses;
+            }
+            relief
+        };
         // The program's own pages on the pollute colours (frames it was given before rocs
         // reserved them) stay there through probes and take the buffer's room. When they
-        // over-fill it they miss there whatever else is confined: probes then move them
-        // out too, and the smallest placement relieves the buffer.
-        let buffer_full = overflow.buffer > buffer_pages;
-        let room = if buffer_full {
-            buffer_pages
-        } else {
-            buffer_pages - overflow.buffer
-        };
-        // Whole colours only: a colour relieved of fewer pages than it holds too many
-        // still misses on all of them.
-        let mut relief = Vec::new();
-        let mut relieved = 0;
-        for pages in &overflow.by_colour {
-            if (relief.len() + pages.len()) as u64 > room {
-                break;
-            }
-            relief.extend_from_slice(pages);
-            relieved += 1;
+        // over-fill it they miss there whatever else is confined; when they leave no room
+        // for a single over-full colour's pages, none can be relieved. Probes then move
+        // them out too (the smallest placement relieves the buffer).
+        let buffer_full = overflow.buffer.pages > buffer_pages;
+        let (pages, colours_relieved, mut misses) = relieve(buffer_pages);
+        let squatters_out =
+            buffer_full || pages.len() as u64 > buffer_pages.saturating_sub(overflow.buffer.pages);
+        if buffer_full {
+            misses += overflow.buffer.excess_misses;
         }
-        let k = relief.len().max(usize::from(buffer_full));
+        let k = pages.len().max(usize::from(buffer_full));
         if k == 0 {
-            return;
+            return None;
         }
-        self.pages.set_probes_evict(buffer_full);
+        let loads: u64 = self
+            .build
+            .stack
+            .entries()
+            .iter()
+            .map(|e| e.hits + e.misses)
+            .sum();
+        Some(ColourRelief {
+            pages,
+            k,
+            colours: colours_relieved,
+            buffer_over_full: buffer_full.then_some(overflow.buffer.pages),
+            squatters_out,
+            promise: misses / loads.max(1) as f64,
+        })
+    }
+
+    /// Put the relief's pages at the top of the stack, and have the search probe exactly
+    /// them first.
+    fn relieve_colours_first(&mut self, relief: ColourRelief, out: &mut Vec<Action>) {
+        self.pages.set_probes_evict(relief.squatters_out);
         // The search keeps the boundaries of the stack it was made for: lifting at most
         // the buffer's pages to the top moves the region boundaries above where they came
         // from by at most that many places.
-        self.build.stack = self.build.stack.with_first(&relief);
+        self.build.stack = self.build.stack.with_first(&relief.pages);
         if let Some(search) = self.search.as_mut() {
-            search.probe_first(k);
+            search.probe_first(relief.k);
         }
         let over_full = EventKind::ColoursOverFull {
-            colours: relieved,
-            pages: relief.len(),
-            buffer_pages: buffer_full.then_some(overflow.buffer),
+            colours: relief.colours,
+            pages: relief.pages.len(),
+            buffer_pages: relief.buffer_over_full,
         };
         self.event(over_full, out);
     }
@@ -1058,45 +1145,124 @@ impl Controller {
 /// Where a stack's pages over-fill the colours they are on.
 #[derive(Debug, Default, PartialEq)]
 struct ColourOverflow {
-    /// For each over-full ordinary colour, the pages beyond what it holds; the least
-    /// over-full colours first.
-    by_colour: Vec<Vec<VirtPage>>,
+    /// The over-full ordinary colours, the least over-full first.
+    by_colour: Vec<OverFullColour>,
     /// The stack's pages on the pollute colours.
-    buffer: u64,
+    buffer: OverFullColour,
+}
+
+/// Pages of a stack on one colour.
+#[derive(Debug, Default, PartialEq)]
+struct OverFullColour {
+    /// How many of the stack's pages are on it.
+    pages: u64,
+    /// The pages beyond what it holds (those that missed most in the profile first).
+    over: Vec<VirtPage>,
+    /// The profile's misses on its pages beyond what pages miss on colours that are not
+    /// over-full (see [`colour_overflow`]).
+    excess_misses: f64,
+}
+
+/// What relieving over-full colours first means for a search (see
+/// [`Controller::colour_relief`]).
+#[derive(Debug)]
+struct ColourRelief {
+    /// The pages to move first: those beyond what their colours hold.
+    pages: Vec<VirtPage>,
+    /// The first probe: `pages`, or one page when only the buffer is over-full.
+    k: usize,
+    /// Colours relieved.
+    colours: usize,
+    /// The program's pages on the pollute colours when they over-fill the buffer.
+    buffer_over_full: Option<u64>,
+    /// Probes move the program's pages on the pollute colours out: they over-fill the
+    /// buffer, or leave no room in it for any over-full colour's pages.
+    squatters_out: bool,
+    /// The share of the sampled LLC loads that miss on the pages of the colours relieved.
+    promise: f64,
+}
+
+/// The fewest sampled loads a page of `stack` needs to look reused: half the median of
+/// the pages that hit. A page of a reused array is loaded on every pass, as often as the
+/// array's pages that hit, even when its colour makes it miss every time; a stream's page
+/// is loaded on one pass only. `None` when no page hits: then nothing is reused.
+fn reused_loads(stack: &MissRateStack) -> Option<u64> {
+    let mut loads: Vec<u64> = stack
+        .entries()
+        .iter()
+        .filter(|e| e.hits > 0)
+        .map(|e| e.hits + e.misses)
+        .collect();
+    if loads.is_empty() {
+        return None;
+    }
+    loads.sort_unstable();
+    Some(loads[loads.len() / 2].div_ceil(2))
 }
 
 /// The pages of `stack` beyond what their colour holds (`per_colour` pages), on the
 /// ordinary colours (`colours` maps pages to their frames' colours; pages it does not name
 /// are left out): from each over-full colour, as many as it holds too many, those that
-/// missed most in the profile first. And how many of the stack's pages are on the pollute
-/// colours.
+/// missed most in the profile first. And the stack's pages on the pollute colours.
+///
+/// What relieving a colour could win is what its pages miss beyond what pages miss on the
+/// colours that hold no more than fit, counted on the pages that look reused (at least
+/// `reused_loads` sampled loads): a loop over an over-full colour misses on every pass
+/// where the array's other pages hit, but pages loaded at random miss about as often on
+/// any colour, and moving them wins nothing.
 fn colour_overflow(
     stack: &MissRateStack,
     colours: &BTreeMap<VirtPage, Colour>,
     pollute: &[Colour],
     per_colour: u64,
+    reused_loads: Option<u64>,
 ) -> ColourOverflow {
-    let mut on: BTreeMap<Colour, Vec<(u64, usize, VirtPage)>> = BTreeMap::new();
-    let mut buffer = 0;
+    let mut on: BTreeMap<Colour, Vec<(usize, &StackEntry)>> = BTreeMap::new();
+    let mut buffer = Vec::new();
     for (rank, e) in stack.entries().iter().enumerate() {
         match colours.get(&e.page) {
-            Some(c) if pollute.contains(c) => buffer += 1,
-            Some(&c) => on.entry(c).or_default().push((e.misses, rank, e.page)),
+            Some(c) if pollute.contains(c) => buffer.push((rank, e)),
+            Some(&c) => on.entry(c).or_default().push((rank, e)),
             None => {}
         }
     }
     let per_colour = per_colour as usize;
-    let mut full: Vec<Vec<(u64, usize, VirtPage)>> =
-        on.into_values().filter(|v| v.len() > per_colour).collect();
-    full.sort_by_key(|v| v.len());
+    let (mut full, fitting): (Vec<_>, Vec<_>) =
+        on.into_values().partition(|pages| pages.len() > per_colour);
+    let reused = |e: &StackEntry| reused_loads.is_some_and(|least| e.hits + e.misses >= least);
+    let (mut misses, mut loads) = (0, 0);
+    for &(_, e) in fitting.iter().flatten().filter(|(_, e)| reused(e)) {
+        misses += e.misses;
+        loads += e.hits + e.misses;
+    }
+    let fitting_rate = if loads == 0 {
+        0.0
+    } else {
+        misses as f64 / loads as f64
+    };
+    let excess = |pages: &[(usize, &StackEntry)]| -> f64 {
+        let reused = pages.iter().map(|&(_, e)| e).filter(|e| reused(e));
+        let beyond = reused.map(|e| e.misses as f64 - (e.hits + e.misses) as f64 * fitting_rate);
+        beyond.sum::<f64>().max(0.0)
+    };
+    full.sort_by_key(|pages| pages.len());
     let by_colour = full
         .into_iter()
         .map(|mut pages| {
             let over = pages.len() - per_colour;
-            pages.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-            pages.iter().take(over).map(|&(_, _, p)| p).collect()
+            pages.sort_by(|a, b| b.1.misses.cmp(&a.1.misses).then(a.0.cmp(&b.0)));
+            OverFullColour {
+                pages: pages.len() as u64,
+                over: pages.iter().take(over).map(|(_, e)| e.page).collect(),
+                excess_misses: excess(&pages),
+            }
         })
         .collect();
+    let buffer = OverFullColour {
+        pages: buffer.len() as u64,
+        over: Vec::new(),
+        excess_misses: excess(&buffer),
+    };
     ColourOverflow { by_colour, buffer }
 }
 
@@ -1133,7 +1299,6 @@ fn for_others(context: &WindowContext) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::StackEntry;
 
     fn stack(pages: &[(u64, u64)]) -> MissRateStack {
         MissRateStack::from_entries(
@@ -1152,19 +1317,21 @@ mod tests {
     #[test]
     fn the_pages_a_colour_holds_too_many_are_those_that_missed_most() {
         // Colours of 2 pages; colour 1 has 4 (2 too many), colour 2 has 3 (1 too many),
-        // colour 3 has 2, and colour 9 is the buffer's.
-        let s = stack(&[
-            (1, 1),
-            (2, 4),
-            (3, 3),
-            (4, 0),
-            (5, 0),
-            (6, 2),
-            (7, 1),
-            (8, 4),
-            (9, 4),
-            (10, 4),
-        ]);
+        // colour 3 has 2, and colour 9 is the buffer's. Each page was loaded 4 times.
+        let pages = |fitting_misses| {
+            stack(&[
+                (1, 1),
+                (2, 4),
+                (3, 3),
+                (4, 0),
+                (5, 0),
+                (6, 2),
+                (7, 1),
+                (8, fitting_misses),
+                (9, fitting_misses),
+                (10, 4),
+            ])
+        };
         let colours: BTreeMap<VirtPage, Colour> = [
             (1, 1),
             (2, 1),
@@ -1180,17 +1347,53 @@ mod tests {
         .into_iter()
         .map(|(p, c)| (VirtPage(p), Colour(c)))
         .collect();
-        let o = colour_overflow(&s, &colours, &[Colour(9)], 2);
+        let o = colour_overflow(&pages(0), &colours, &[Colour(9)], 2, Some(1));
         // The least over-full colour first; within a colour, the most misses first.
+        let over: Vec<_> = o.by_colour.iter().map(|c| c.over.clone()).collect();
         assert_eq!(
-            o.by_colour,
+            over,
             vec![vec![VirtPage(6)], vec![VirtPage(2), VirtPage(3)]]
         );
-        assert_eq!(o.buffer, 1);
+        // The pages of colour 3, which is not over-full, always hit: what relieving a
+        // colour could win is every miss on its pages.
+        let excess: Vec<_> = o.by_colour.iter().map(|c| c.excess_misses).collect();
+        assert_eq!(excess, vec![2.0 + 1.0, 1.0 + 4.0 + 3.0]);
+        assert_eq!((o.buffer.pages, o.buffer.excess_misses), (1, 4.0));
+        // Where they miss half their loads too, the over-full colours miss no more than
+        // a colour that fits: relieving them wins nothing.
+        let o = colour_overflow(&pages(2), &colours, &[Colour(9)], 2, Some(1));
+        let excess: Vec<_> = o.by_colour.iter().map(|c| c.excess_misses).collect();
+        assert_eq!(excess, vec![0.0, 0.0]);
+        // Pages that do not look reused win nothing either.
+        let o = colour_overflow(&pages(0), &colours, &[Colour(9)], 2, None);
+        assert!(o.by_colour.iter().all(|c| c.excess_misses == 0.0));
         // With colours of 4 pages nothing is over-full.
-        assert_eq!(
-            colour_overflow(&s, &colours, &[Colour(9)], 4).by_colour,
-            Vec::<Vec<VirtPage>>::new()
+        assert!(
+            colour_overflow(&pages(0), &colours, &[Colour(9)], 4, Some(1))
+                .by_colour
+                .is_empty()
         );
+    }
+
+    #[test]
+    fn a_page_looks_reused_when_loaded_about_as_often_as_the_pages_that_hit() {
+        let entry = |page, hits, misses| StackEntry {
+            page: VirtPage(page),
+            hits,
+            misses,
+            miss_rate: misses as f64 / (hits + misses) as f64,
+        };
+        // The pages that hit were loaded 8, 10 and 12 times: a page needs 5.
+        let s = MissRateStack::from_entries(vec![
+            entry(1, 0, 9),
+            entry(2, 0, 1),
+            entry(3, 4, 4),
+            entry(4, 9, 1),
+            entry(5, 6, 6),
+        ]);
+        assert_eq!(reused_loads(&s), Some(5));
+        // A stack where nothing hits has nothing reused.
+        let streams = MissRateStack::from_entries(vec![entry(1, 0, 9), entry(2, 0, 1)]);
+        assert_eq!(reused_loads(&streams), None);
     }
 }

@@ -164,6 +164,17 @@ impl AdaptiveSearch {
         }
     }
 
+    /// See [`super::Search::only_top`].
+    pub fn only_top(&mut self, k: usize) {
+        if k == 0 || k >= self.n {
+            return;
+        }
+        self.n = k;
+        self.boundaries.retain(|&b| b < k);
+        self.coarse = vec![k];
+        self.tolerance = k.div_ceil(16).max(1);
+    }
+
     /// See [`super::Search::judged_by_group`].
     pub fn judge_by_group(&mut self) {
         self.judged_by_group = true;

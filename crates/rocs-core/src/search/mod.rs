@@ -252,6 +252,15 @@ impl Search {
         }
     }
 
+    /// Search only the top `k` pages of the stack, measuring all `k` first: the rest of
+    /// the stack promises nothing (a search for the pages that over-fill their colours,
+    /// in a profile whose rates promise no gain). Adaptive search only.
+    pub fn only_top(&mut self, k: usize) {
+        if let Some(a) = self.adaptive.as_mut() {
+            a.only_top(k);
+        }
+    }
+
     /// Start by measuring `k`, the remembered choice of an earlier phase whose stack this
     /// one repeats, and end there if it measures at least `accept_above` (the remembered
     /// search measured k = 0 then; a phase that comes back need not pay for it again).
@@ -519,5 +528,32 @@ mod tests {
             s.record(0, 1.0);
         }
         assert_eq!(s.next_step(), Next::Measure(800));
+    }
+
+    #[test]
+    fn a_search_of_only_the_top_pages_probes_nothing_below_them() {
+        // The whole stack would gain more (IPC rises to k = 1000), but only the top 6
+        // pages are searched: they are probed first, and nothing past them is.
+        let knobs = Knobs::default();
+        let mut s = Search::new(&knobs, 1000, vec![300, 800]);
+        s.probe_first(6);
+        s.only_top(6);
+        let mut probed = Vec::new();
+        let k = loop {
+            match s.next_step() {
+                Next::Measure(k) => {
+                    probed.push(k);
+                    s.record(k, 1.0 + k as f64 * 0.02);
+                }
+                Next::Done(k) => break k,
+            }
+        };
+        assert_eq!(k, 6, "probed {probed:?}");
+        assert_eq!(
+            probed.iter().find(|&&k| k > 0),
+            Some(&6),
+            "probed {probed:?}"
+        );
+        assert!(probed.iter().all(|&k| k <= 6), "probed {probed:?}");
     }
 }
