@@ -548,8 +548,8 @@ impl Controller {
             return None;
         }
         // Whole colours only: a colour relieved of fewer pages than it holds too many
-        // still misses on all of them. What relieving them could win: every miss on the
-        // pages of the colours relieved (all of them hit once it holds no more than fit).
+        // still misses on all of them. What relieving them could win: their pages' misses
+        // beyond what pages miss on colours that fit (see `colour_overflow`).
         let relieve = |room: u64| {
             let mut relief = (Vec::new(), 0, 0.0);
             for over_full in &overflow.by_colour {
@@ -564,8 +564,8 @@ impl Controller {
         };
         // The program's own pages on the pollute colours (frames it was given before rocs
         // reserved them) stay there through probes and take the buffer's room. When they
-        // over-fill it they miss there whatever else is confined; when they leave no room
-        // for a single over-full colour's pages, none can be relieved. Probes then move
+        // over-fill it they miss there whatever else is confined, and when they leave too
+        // little room for the pages relieved, those would over-fill it. Probes then move
         // them out too (the smallest placement relieves the buffer).
         let buffer_full = overflow.buffer.pages > buffer_pages;
         let (pages, colours_relieved, mut misses) = relieve(buffer_pages);
@@ -1176,9 +1176,10 @@ struct ColourRelief {
     /// The program's pages on the pollute colours when they over-fill the buffer.
     buffer_over_full: Option<u64>,
     /// Probes move the program's pages on the pollute colours out: they over-fill the
-    /// buffer, or leave no room in it for any over-full colour's pages.
+    /// buffer, or leave too little room in it for `pages`.
     squatters_out: bool,
-    /// The share of the sampled LLC loads that miss on the pages of the colours relieved.
+    /// What relieving could win: the share of the sampled LLC loads that miss on the
+    /// pages of the colours relieved beyond what pages miss on colours that fit.
     promise: f64,
 }
 
