@@ -39,6 +39,16 @@ fn rocs_alone(machine: &MachineSpec, w: &Workload, seed: u64) -> (f64, RocsRun) 
     (base.stats.cycles as f64 / run.stats.cycles as f64, run)
 }
 
+/// A workload of docs/evaluation/random.md: the one the campaign generated for `machine`
+/// from `seed` (the hex in its name).
+fn random_md_workload(machine: &str, seed: u64) -> (MachineSpec, Workload) {
+    use rocs_sim::closed_loop::random::{random_workload, DEFAULT_ACCESSES_PER_LLC_LINE};
+    let spec = MachineSpec::resolve(machine).unwrap();
+    let w = random_workload(seed, &spec, DEFAULT_ACCESSES_PER_LLC_LINE);
+    assert_eq!(w.name, format!("random-{machine}-{seed:016x}"));
+    (spec, w)
+}
+
 /// Baseline and rocs in both search modes (no oracle: with nothing to gain the target is
 /// "lose at most 1%"), at the evaluation's window count.
 struct NoGain {
@@ -302,14 +312,7 @@ fn the_oracle_judges_a_profile_the_controller_declined_to_search() {
     // stream that never comes back: it promises nothing, and the controller makes no
     // search. The oracle must still try that profile's stack, or a gain the controller
     // declines would never show beside its speedup.
-    use rocs_sim::closed_loop::random::{random_workload, DEFAULT_ACCESSES_PER_LLC_LINE};
-    let machine = MachineSpec::resolve("tiny").unwrap();
-    let w = random_workload(
-        0x7a04_123d_1f08_13aa,
-        &machine,
-        DEFAULT_ACCESSES_PER_LLC_LINE,
-    );
-    assert_eq!(w.name, "random-tiny-7a04123d1f0813aa");
+    let (machine, w) = random_md_workload("tiny", 0x7a04_123d_1f08_13aa);
     let make = || Machine::new(&machine, &w, 8_792_172_426_256_978_858);
     let cfg = LoopConfig {
         oracle_grid: 8,
@@ -384,14 +387,7 @@ fn a_sweep_over_full_colours_is_searched_though_its_profile_promised_under_the_m
 /// relieved first: one page confined moves the others out of the buffer.
 #[test]
 fn pages_that_over_fill_their_colour_are_relieved_first() {
-    use rocs_sim::closed_loop::random::{random_workload, DEFAULT_ACCESSES_PER_LLC_LINE};
-    let machine = MachineSpec::resolve("ppc970fx").unwrap();
-    let w = random_workload(
-        0x5d66_1213_e73f_2e68,
-        &machine,
-        DEFAULT_ACCESSES_PER_LLC_LINE,
-    );
-    assert_eq!(w.name, "random-ppc970fx-5d661213e73f2e68");
+    let (machine, w) = random_md_workload("ppc970fx", 0x5d66_1213_e73f_2e68);
     let (speedup, rocs) = rocs_alone(&machine, &w, 6_730_086_569_845_141_096);
     assert!(
         speedup > 2.0,
@@ -409,14 +405,7 @@ fn pages_that_over_fill_their_colour_are_relieved_first() {
 /// the search goes on for them.
 #[test]
 fn an_over_full_colour_is_relieved_when_the_profile_promises_nothing() {
-    use rocs_sim::closed_loop::random::{random_workload, DEFAULT_ACCESSES_PER_LLC_LINE};
-    let machine = MachineSpec::resolve("tiny").unwrap();
-    let w = random_workload(
-        0xd81f_dd47_1877_deb3,
-        &machine,
-        DEFAULT_ACCESSES_PER_LLC_LINE,
-    );
-    assert_eq!(w.name, "random-tiny-d81fdd471877deb3");
+    let (machine, w) = random_md_workload("tiny", 0xd81f_dd47_1877_deb3);
     let (speedup, rocs) = rocs_alone(&machine, &w, 15_573_409_333_893_390_003);
     assert!(
         speedup > 1.8,
@@ -432,14 +421,7 @@ fn an_over_full_colour_is_relieved_when_the_profile_promises_nothing() {
 /// whole stack of 108 pages and lost 2.4%.
 #[test]
 fn a_stream_over_filling_colours_is_not_searched() {
-    use rocs_sim::closed_loop::random::{random_workload, DEFAULT_ACCESSES_PER_LLC_LINE};
-    let machine = MachineSpec::resolve("ppc970fx").unwrap();
-    let w = random_workload(
-        0x4a23_2b0b_bfec_ad36,
-        &machine,
-        DEFAULT_ACCESSES_PER_LLC_LINE,
-    );
-    assert_eq!(w.name, "random-ppc970fx-4a232b0bbfecad36");
+    let (machine, w) = random_md_workload("ppc970fx", 0x4a23_2b0b_bfec_ad36);
     let (speedup, rocs) = rocs_alone(&machine, &w, 5_342_160_912_456_133_942);
     assert_eq!(rocs.search_windows, 0, "speedup {speedup:.3}");
     assert!(speedup > 0.99, "speedup {speedup:.3}");
