@@ -509,10 +509,15 @@ impl Controller {
     /// ordinary colours and the buffer together. Adaptive search only (linear search is
     /// the paper's Algorithm 1 over the whole stack).
     fn colours_could_over_fill(&self, n: usize) -> bool {
-        let buffer_pages = self.pollute.len() as u64 * self.colour_pages;
         self.knobs.search == SearchMode::Adaptive
             && self.colour_pages > 0
-            && n as u64 <= self.llc_room_pages + buffer_pages
+            && n as u64 <= self.llc_room_pages + self.buffer_pages()
+    }
+
+    /// The pages the pollute buffer holds (0 before the platform said how large colours
+    /// are).
+    fn buffer_pages(&self) -> u64 {
+        self.pollute.len() as u64 * self.colour_pages
     }
 
     /// Before a search's first window: whether the stack's pages over-fill some colours
@@ -533,7 +538,7 @@ impl Controller {
             .zip(&report.results)
             .filter_map(|(p, r)| r.ok().map(|c| (*p, c)))
             .collect();
-        let buffer_pages = self.pollute.len() as u64 * self.colour_pages;
+        let buffer_pages = self.buffer_pages();
         let overflow = colour_overflow(
             &self.build.stack,
             &colours,
@@ -547,33 +552,29 @@ impl Controller {
         if ordinary_pages > self.llc_room_pages {
             return None;
         }
-        // Whole colours only: a colour relieved of fewer pages than it holds too many
-        // still misses on all of them. What relieving them could win: their pages' misses
-        // beyond what pages miss on colours that fit (see `colour_overflow`).
-        let relieve = |room: u64| {
-            let mut relief = (Vec::new(), 0, 0.0);
-            for over_full in &overflow.by_colour {
-                if (relief.0.len() + over_full.over.len()) as u64 > room {
-                    break;
-                }
-                relief.0.extend_from_slice(&over_full.over);
-                relief.1 += 1;
-                relief.2 += over_full.excess_misses;
-            }
-            relief
-        };
         // The program's own pages on the pollute colours (frames it was given before rocs
         // reserved them) stay there through probes and take the buffer's room. When they
         // over-fill it they miss there whatever else is confined, and when they leave too
         // little room for the pages relieved, those would over-fill it. Probes then move
         // them out too (the smallest placement relieves the buffer).
         let buffer_full = overflow.buffer.pages > buffer_pages;
-        let (pages, colours_relieved, mut misses) = relieve(buffer_pages);
-        let squatters_out =
-            buffer_full || pages.len() as u64 > buffer_pages.saturating_sub(overflow.buffer.pages);
+        // Whole colours only: a colour relieved of fewer pages than it holds too many
+        // still misses on all of them. What relieving them could win: their pages' misses
+        // beyond what pages miss on colours that fit (see `colour_overflow`).
+        let (mut pages, mut colours_relieved, mut misses) = (Vec::new(), 0, 0.0);
+        for over_full in &overflow.by_colour {
+            if (pages.len() + over_full.over.len()) as u64 > buffer_pages {
+                break;
+            }
+            pages.extend_from_slice(&over_full.over);
+            colours_relieved += 1;
+            misses += over_full.excess_misses;
+        }
         if buffer_full {
             misses += overflow.buffer.excess_misses;
         }
+        let squatters_out =
+            buffer_full || pages.len() as u64 > buffer_pages.saturating_sub(overflow.buffer.pages);
         let k = pages.len().max(usize::from(buffer_full));
         if k == 0 {
             return None;
