@@ -192,6 +192,9 @@ pub struct RealRow {
     /// Why the case did not run on this machine (then the figures are 0).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub not_run: Option<String>,
+    /// LLC misses per thousand instructions without rocs (all tenants together): whether
+    /// the case misses at all.
+    pub baseline_mpki: f64,
     pub speedup: f64,
     pub oracle_speedup: f64,
     pub fraction_of_oracle: f64,
@@ -219,6 +222,7 @@ pub fn run_real(
         what: case.what.clone(),
         tenants: case.traces.len(),
         not_run: None,
+        baseline_mpki: 0.0,
         speedup: 0.0,
         oracle_speedup: 0.0,
         fraction_of_oracle: 0.0,
@@ -236,6 +240,7 @@ pub fn run_real(
     let c = compare(&make, cfg, Modes::ALL, progress)?;
     let rocs = c.rocs.as_ref().expect("asked for rocs");
     let oracle = c.oracle.as_ref().expect("asked for the oracle");
+    row.baseline_mpki = c.baseline.stats.llc_mpki();
     row.speedup = ratio(c.baseline.stats.cycles, rocs.stats.cycles);
     row.oracle_speedup = ratio(c.baseline.stats.cycles, oracle.stats.cycles);
     row.fraction_of_oracle = ratio(oracle.stats.cycles, rocs.stats.cycles);
@@ -391,6 +396,7 @@ impl RealSuite {
             );
         }
         let ran: Vec<&RealRow> = self.rows.iter().filter(|r| r.not_run.is_none()).collect();
+        s += &self.why(&ran);
         let below: Vec<String> = ran
             .iter()
             .filter(|r| r.speedup < 0.99)
@@ -409,7 +415,77 @@ impl RealSuite {
         );
         s
     }
+
+    /// Which cases gain, which do not, and why, per machine: a case gains if its oracle
+    /// does by [`GAIN`]; one that does not either misses too little for any placement to
+    /// matter (baseline MPKI under [`MISSES`]: the LLC holds what it reuses), or misses on
+    /// data that no prefix of its miss-rate stack protects.
+    fn why(&self, ran: &[&RealRow]) -> String {
+        use std::fmt::Write;
+        let mut s = format!(
+            "## Which gain, which do not, and why\n\n\
+             A case *gains* if its oracle runs at least {:.0}% faster than the baseline: \
+             confining the top of its miss-rate stack then protects data it reuses, and the \
+             row says how much of that rocs finds online. A case that does not either *fits*: \
+             it misses under {MISSES} times per thousand instructions without rocs, so the LLC \
+             already holds what it reuses and nothing is left to protect; or it *misses what \
+             no placement saves*: its misses are on data it does not reuse within the LLC's \
+             reach (a stream through its input, memory touched once), and confining any \
+             prefix of its stack gains under {:.0}%.\n\n",
+            (GAIN - 1.0) * 100.0,
+            (GAIN - 1.0) * 100.0
+        );
+        let case = |r: &RealRow| format!("{} (MPKI {:.2})", r.case, r.baseline_mpki);
+        for machine in self.machines() {
+            let rows: Vec<&&RealRow> = ran.iter().filter(|r| r.machine == machine).collect();
+            if rows.is_empty() {
+                continue;
+            }
+            let gains: Vec<String> = rows
+                .iter()
+                .filter(|r| r.oracle_speedup >= GAIN)
+                .map(|r| {
+                    format!(
+                        "{} (MPKI {:.2}): oracle {:.3}, rocs {:.3}, {:.2} of it",
+                        r.case, r.baseline_mpki, r.oracle_speedup, r.speedup, r.fraction_of_oracle
+                    )
+                })
+                .collect();
+            let fits: Vec<String> = rows
+                .iter()
+                .filter(|r| r.oracle_speedup < GAIN && r.baseline_mpki < MISSES)
+                .map(|r| case(r))
+                .collect();
+            let unsaved: Vec<String> = rows
+                .iter()
+                .filter(|r| r.oracle_speedup < GAIN && r.baseline_mpki >= MISSES)
+                .map(|r| case(r))
+                .collect();
+            let list = |v: Vec<String>| {
+                if v.is_empty() {
+                    "none".to_string()
+                } else {
+                    v.join("; ")
+                }
+            };
+            let _ = writeln!(
+                s,
+                "- **{machine}**: gain: {}. Fit: {}. Miss what no placement saves: {}.",
+                list(gains),
+                list(fits),
+                list(unsaved)
+            );
+        }
+        s.push('\n');
+        s
+    }
 }
+
+/// The oracle's speedup from which a case counts as one that gains.
+const GAIN: f64 = 1.01;
+
+/// LLC misses per thousand instructions under which a case counts as one that fits.
+const MISSES: f64 = 1.0;
 
 #[cfg(test)]
 mod tests {
@@ -417,6 +493,54 @@ mod tests {
 
     fn write(dir: &Path, manifest: &str) {
         std::fs::write(dir.join("manifest.toml"), manifest).unwrap();
+    }
+
+    fn row(machine: &str, case: &str, mpki: f64, oracle: f64, rocs: f64) -> RealRow {
+        RealRow {
+            machine: machine.into(),
+            case: case.into(),
+            what: String::new(),
+            tenants: 1,
+            not_run: None,
+            baseline_mpki: mpki,
+            speedup: rocs,
+            oracle_speedup: oracle,
+            fraction_of_oracle: rocs / oracle,
+            tenant_speedups: vec![rocs],
+            search_windows: 0,
+            pages_confined: 0,
+            pages_profiled: 0,
+            overhead: 0.0,
+        }
+    }
+
+    #[test]
+    fn the_page_says_which_cases_gain_which_fit_and_which_miss_what_nothing_saves() {
+        let suite = RealSuite {
+            command: "rocsctl sim eval --suite real".into(),
+            seed: 1,
+            rows: vec![
+                row("tiny", "bzip2", 12.0, 1.018, 0.999),
+                row("tiny", "xz", 0.4, 1.004, 1.0),
+                row("tiny", "sort", 3.5, 1.002, 0.997),
+                row("zen4-like", "xz", 0.01, 1.0, 1.0),
+            ],
+        };
+        let page = suite.markdown();
+        assert!(
+            page.contains(
+                "- **tiny**: gain: bzip2 (MPKI 12.00): oracle 1.018, rocs 0.999, 0.98 of it. \
+                 Fit: xz (MPKI 0.40). Miss what no placement saves: sort (MPKI 3.50)."
+            ),
+            "{page}"
+        );
+        assert!(
+            page.contains(
+                "- **zen4-like**: gain: none. Fit: xz (MPKI 0.01). Miss what no placement \
+                 saves: none."
+            ),
+            "{page}"
+        );
     }
 
     #[test]
