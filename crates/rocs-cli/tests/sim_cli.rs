@@ -740,14 +740,15 @@ fn the_pollute_buffer_takes_the_colours_asked_for_and_refuses_all_of_them() {
 
 #[test]
 fn the_committed_evaluation_pages_are_what_their_json_renders_to() {
-    // docs/evaluation's paper and modern pages, rendered again from their JSON by the
-    // code as it is: the same page, the same JSON (a renderer change means running
+    // docs/evaluation's paper, modern and real pages, rendered again from their JSON by
+    // the code as it is: the same page, the same JSON (a renderer change means running
     // `sim eval --from` again, never editing the page by hand).
     let docs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/evaluation");
     let out = tempfile::tempdir().unwrap();
     for (suite, json, page) in [
         ("paper", "evaluation.json", "README.md"),
         ("modern", "modern.json", "modern.md"),
+        ("real", "real.json", "real.md"),
     ] {
         let from = docs.join(json);
         let (ok, _, err) = run(

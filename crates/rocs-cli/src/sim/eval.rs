@@ -68,8 +68,9 @@ pub struct EvalArgs {
     /// same command, run again after a stop, runs only the cases left.
     #[arg(long)]
     pub out: Option<PathBuf>,
-    /// paper and modern: run nothing; render the page again from an evaluation's JSON
-    /// (evaluation.json, modern.json), its targets checked as the code states them now.
+    /// paper, modern and real: run nothing; render the page again from an evaluation's JSON
+    /// (evaluation.json, modern.json, real.json), its targets checked as the code states
+    /// them now.
     /// The page keeps the command that produced the figures, so the options that choose
     /// what to run are refused with it.
     #[arg(long, value_name = "JSON", conflicts_with_all = [
@@ -149,10 +150,10 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
             args.suite
         );
     }
-    if args.from.is_some() && !matches!(args.suite.as_str(), "paper" | "modern") {
+    if args.from.is_some() && !matches!(args.suite.as_str(), "paper" | "modern" | "real") {
         anyhow::bail!(
-            "--from renders the paper or modern suite's page from its JSON; the {} suite's \
-             page is rendered only by running it",
+            "--from renders the paper, modern or real suite's page from its JSON; the {} \
+             suite's page is rendered only by running it",
             args.suite
         );
     }

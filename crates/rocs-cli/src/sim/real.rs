@@ -12,6 +12,23 @@ use super::eval::{all_machines, in_parallel, journal, write_all, EvalArgs};
 use super::progress::Steps;
 
 pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
+    if let Some(path) = &args.from {
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let suite: RealSuite = serde_json::from_str(&text).with_context(|| {
+            format!(
+                "{}: not the real suite's JSON (real.json as `sim eval --suite real --out` \
+                 writes it)",
+                path.display()
+            )
+        })?;
+        let out = args.out.clone().unwrap_or_else(|| {
+            path.parent()
+                .map_or_else(|| ".".into(), |dir| dir.to_path_buf())
+        });
+        write(&args, &suite, &out)?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let cfg = args.config()?;
     let Some(dir) = args.traces.clone() else {
         anyhow::bail!(
@@ -52,23 +69,29 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
         seed: args.seed,
         rows: rows?,
     };
+    write(&args, &suite, &out)?;
+    journal.map_or(Ok(()), |j| j.remove())?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// real.md, real.json and the charts into `out`; the page (or the JSON) on stdout.
+fn write(args: &EvalArgs, suite: &RealSuite, out: &std::path::Path) -> anyhow::Result<()> {
     let markdown = suite.markdown();
     let mut files = vec![
         ("real.md".to_string(), markdown.clone()),
         (
             "real.json".to_string(),
-            serde_json::to_string_pretty(&suite)? + "\n",
+            serde_json::to_string_pretty(suite)? + "\n",
         ),
     ];
     for m in suite.machines() {
         files.extend(suite.svgs(&m));
     }
-    write_all(&out, &files)?;
-    journal.map_or(Ok(()), |j| j.remove())?;
+    write_all(out, &files)?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&suite)?);
+        println!("{}", serde_json::to_string_pretty(suite)?);
     } else {
         print!("{markdown}");
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }

@@ -253,7 +253,7 @@ pub fn run_real(
 }
 
 /// The whole suite.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RealSuite {
     pub command: String,
     pub seed: u64,
@@ -427,8 +427,8 @@ impl RealSuite {
              A case *gains* if its oracle runs at least {:.0}% faster than the baseline: \
              confining the top of its miss-rate stack then protects data it reuses, and the \
              row says how much of that rocs finds online. A case that does not either *fits*: \
-             it misses under {MISSES} times per thousand instructions without rocs, so the LLC \
-             already holds what it reuses and nothing is left to protect; or it *misses what \
+             its LLC misses per thousand instructions without rocs (MPKI) are under {MISSES}, \
+             so the LLC already holds what it reuses and nothing is left to protect; or it *misses what \
              no placement saves*: its misses are on data it does not reuse within the LLC's \
              reach (a stream through its input, memory touched once), and confining any \
              prefix of its stack gains under {:.0}%.\n\n",
