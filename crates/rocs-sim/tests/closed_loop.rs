@@ -9,7 +9,7 @@
 
 use rocs_core::SearchMode;
 use rocs_sim::closed_loop::{
-    compare, evaluate, run_baseline, run_rocs, EvalRow, LoopConfig, Modes, RocsRun,
+    compare, evaluate, run_baseline, run_rocs, Comparison, EvalRow, LoopConfig, Modes, RocsRun,
 };
 use rocs_sim::{Machine, MachineSpec, RunStats, Workload};
 
@@ -37,6 +37,17 @@ fn rocs_alone(machine: &MachineSpec, w: &Workload, seed: u64) -> (f64, RocsRun) 
     let base = run_baseline(&make).unwrap();
     let run = run_rocs(&make, &cfg.knobs, cfg.window_for(&base)).unwrap();
     (base.stats.cycles as f64 / run.stats.cycles as f64, run)
+}
+
+/// Baseline, rocs and the oracle (on a grid of `oracle_grid` candidates per profile) of
+/// `w`, at the evaluation's window.
+fn with_oracle(machine: &MachineSpec, w: &Workload, seed: u64, oracle_grid: usize) -> Comparison {
+    let make = || Machine::new(machine, w, seed);
+    let cfg = LoopConfig {
+        oracle_grid,
+        ..LoopConfig::default()
+    };
+    compare(&make, &cfg, Modes::ALL, &mut |_| {}).unwrap()
 }
 
 /// A workload of docs/evaluation/random.md: the one the campaign generated for `machine`
@@ -249,12 +260,7 @@ fn noisy_neighbour_tenants_take_turns_and_reach_the_oracle() {
     // runs in about a second), with a coarse oracle grid to keep the oracle short.
     let machine = MachineSpec::resolve("ppc970fx").unwrap();
     let w = Workload::resolve("noisy-neighbour").unwrap();
-    let make = || Machine::new(&machine, &w, 1);
-    let cfg = LoopConfig {
-        oracle_grid: 4,
-        ..LoopConfig::default()
-    };
-    let c = compare(&make, &cfg, Modes::ALL, &mut |_| {}).unwrap();
+    let c = with_oracle(&machine, &w, 1, 4);
     let rocs = c.rocs.as_ref().unwrap();
     let oracle = c.oracle.as_ref().unwrap();
     let fraction = c.fraction_of_oracle.unwrap();
@@ -313,12 +319,7 @@ fn the_oracle_judges_a_profile_the_controller_declined_to_search() {
     // search. The oracle must still try that profile's stack, or a gain the controller
     // declines would never show beside its speedup.
     let (machine, w) = random_md_workload("tiny", 0x7a04_123d_1f08_13aa);
-    let make = || Machine::new(&machine, &w, 8_792_172_426_256_978_858);
-    let cfg = LoopConfig {
-        oracle_grid: 8,
-        ..LoopConfig::default()
-    };
-    let c = compare(&make, &cfg, Modes::ALL, &mut |_| {}).unwrap();
+    let c = with_oracle(&machine, &w, 8_792_172_426_256_978_858, 8);
     let rocs = c.rocs.as_ref().unwrap();
     assert_eq!(rocs.search_windows, 0, "the controller made no search");
     assert_eq!(rocs.profile_points.len(), 1, "it profiled once");
