@@ -5,6 +5,10 @@
 //! is true LRU (each set kept in most-recently-used-first order, the way cachegrind does it,
 //! so that trace replays match cachegrind exactly) or the RRIP family (SRRIP, BRRIP and
 //! set-dueling DRRIP with 2-bit re-reference prediction values).
+//!
+//! An RRIP-family cache whose line numbers are known to be small keeps each way in one
+//! 32-bit word instead ([`Cache::with_line_limit`], see `Packed`): the large LLCs of the
+//! modern machines then take less than half the host memory, a set one 64-byte host line.
 
 use rocs_core::CacheGeometry;
 use serde::{Deserialize, Serialize};
@@ -43,6 +47,141 @@ const DUEL_PERIOD: usize = 64;
 /// A way mask that allows every way.
 const ALL_WAYS: u64 = u64::MAX;
 
+/// An RRIP cache's sets with each way in one 32-bit word: the way's tag (its line number
+/// above the set index, which is all that tells the lines of one set apart) shifted left by
+/// two, and its RRPV in the low two bits; an empty way is all ones (a tag no line has, RRPV
+/// 3). Why: on the modern machines the LLC's 8-byte tags and byte of RRPV per way (4.5 MiB
+/// for 32 MiB of simulated LLC) do not stay in the host's caches, and about a third of the
+/// time waited on an LLC set's first host line (docs/simulator-speed.md). Here a 32 MiB LLC
+/// is 2 MiB, and a set of up to 16 ways is one aligned host line (8 ways, half of one): one
+/// host miss per lookup at most, and 32-bit compares, four to an SSE2 instruction.
+///
+/// Sets of fewer ways than their array are padded with empty ways that no fill is allowed
+/// into (the way mask is cut to the cache's ways) and that no lookup matches.
+#[derive(Clone, Debug)]
+enum Packed {
+    /// 8-byte tags in `Cache::tags` (and RRPVs in `Cache::rrpv` for RRIP): LRU caches,
+    /// caches of more than 16 ways, and those whose tags may not fit.
+    No,
+    Ways8(Vec<Set8>),
+    Ways16(Vec<Set16>),
+}
+
+#[derive(Clone, Copy, Debug)]
+#[repr(C, align(32))]
+struct Set8([u32; 8]);
+
+#[derive(Clone, Copy, Debug)]
+#[repr(C, align(64))]
+struct Set16([u32; 16]);
+
+const EMPTY: u32 = u32::MAX;
+const RRPV_BITS: u32 = 3;
+/// Tags must stay below this: the all-ones tag marks an empty way.
+const TAG_LIMIT: u64 = (EMPTY >> 2) as u64;
+
+/// The slot of a packed set that holds the line of tag word `key`, if one does.
+#[inline(always)]
+fn packed_slot<const N: usize>(set: &mut [u32; N], key: u32) -> Option<&mut u32> {
+    let hits = packed_hits(set, key);
+    (hits != 0).then(|| &mut set[hits.trailing_zeros() as usize])
+}
+
+/// Bit i set where `f(set[i])`: a loop over a fixed-size array, which the compiler turns into
+/// a few vector compares and a mask (no early exit, no branch per way).
+#[inline(always)]
+fn ways_where<const N: usize>(set: &[u32; N], f: impl Fn(u32) -> bool) -> u32 {
+    let mut m = 0;
+    for (i, &w) in set.iter().enumerate() {
+        m |= (f(w) as u32) << i;
+    }
+    m
+}
+
+/// The ways of a packed set holding the line of tag word `key`.
+#[inline(always)]
+fn packed_hits<const N: usize>(set: &[u32; N], key: u32) -> u32 {
+    ways_where(set, |w| w & !RRPV_BITS == key)
+}
+
+/// [`Cache::access_rrip`] on a packed set: the same hits, victims and RRPVs. `allowed`: the
+/// way mask cut to the cache's ways; `insert` gives a miss's RRPV (and counts the miss).
+/// Returns whether it hit and the word evicted (`EMPTY` for none).
+#[inline(always)]
+fn packed_access<const N: usize>(
+    set: &mut [u32; N],
+    key: u32,
+    allowed: u32,
+    insert: impl FnOnce() -> u8,
+) -> (bool, u32) {
+    let hits = packed_hits(set, key);
+    if hits != 0 {
+        set[hits.trailing_zeros() as usize] &= !RRPV_BITS;
+        return (true, EMPTY);
+    }
+    let empty = ways_where(set, |w| w == EMPTY) & allowed;
+    let victim = if empty != 0 {
+        empty.trailing_zeros()
+    } else {
+        // The first allowed way of the highest RRPV among them; aging every allowed way until
+        // one reaches RRPV_MAX, as the flat layout does step by step, adds the same amount
+        // to each, what brings that highest value to RRPV_MAX.
+        let mut rrpv = u32::from(RRPV_MAX);
+        loop {
+            let at = ways_where(set, |w| w & RRPV_BITS == rrpv) & allowed;
+            if at != 0 {
+                let age = u32::from(RRPV_MAX) - rrpv;
+                if age != 0 {
+                    for (i, w) in set.iter_mut().enumerate() {
+                        if allowed >> i & 1 == 1 {
+                            *w += age;
+                        }
+                    }
+                }
+                break at.trailing_zeros();
+            }
+            rrpv -= 1;
+        }
+    };
+    let word = key | u32::from(insert());
+    (false, std::mem::replace(&mut set[victim as usize], word))
+}
+
+/// The RRPV a miss in `set_index` inserts with; `VOTE`: a demand miss, counted by DRRIP's
+/// leader sets.
+#[inline(always)]
+fn insert_rrpv<const VOTE: bool>(
+    policy: Policy,
+    psel: &mut u32,
+    brrip_count: &mut u32,
+    set_index: usize,
+) -> u8 {
+    let use_brrip = match policy {
+        Policy::Srrip => false,
+        Policy::Brrip => true,
+        _ => {
+            if VOTE {
+                vote(psel, set_index);
+            }
+            match set_index % DUEL_PERIOD {
+                0 => false,
+                1 => true,
+                _ => *psel > PSEL_MAX / 2,
+            }
+        }
+    };
+    if use_brrip {
+        *brrip_count = brrip_count.wrapping_add(1);
+        if brrip_count.is_multiple_of(32) {
+            RRPV_MAX - 1
+        } else {
+            RRPV_MAX
+        }
+    } else {
+        RRPV_MAX - 1
+    }
+}
+
 /// DRRIP: a miss in `set_index`, if it is a leader set, moves the policy selector `psel`
 /// towards the other policy.
 #[inline(always)]
@@ -65,10 +204,15 @@ pub struct Cache {
     set_bits: u32,
     ways: usize,
     slices: u64,
-    /// `sets_per_slice * slices * ways` line numbers; for LRU each set is MRU first.
+    /// `sets_per_slice * slices * ways` line numbers; for LRU each set is MRU first. Empty
+    /// if the sets are packed.
     tags: Vec<u64>,
-    /// RRIP only: one prediction value per slot.
+    /// RRIP only: one prediction value per slot. Empty if the sets are packed.
     rrpv: Vec<u8>,
+    /// RRIP only, if every tag fits: the sets in 32-bit words instead of `tags` and `rrpv`.
+    packed: Packed,
+    /// The mask of every way, for packed sets (at most 16 ways).
+    packed_ways: u32,
     /// DRRIP policy selector: high means BRRIP is winning.
     psel: u32,
     /// BRRIP: counts insertions so that every 32nd is long (deterministic, no RNG).
@@ -76,25 +220,49 @@ pub struct Cache {
 }
 
 impl Cache {
-    /// An empty cache of the given (already validated) geometry.
+    /// An empty cache of the given (already validated) geometry, for any line numbers.
     pub fn new(geometry: CacheGeometry, policy: Policy) -> Self {
+        Cache::with_line_limit(geometry, policy, u64::MAX)
+    }
+
+    /// An empty cache that will only see line numbers below `lines` (a physically indexed
+    /// cache: the machine's memory bounds them). An RRIP-family cache of at most 16 ways
+    /// whose tags (line numbers above the set index) then all fit in 30 bits packs its sets
+    /// (`Packed`); any other cache keeps 8-byte tags.
+    pub fn with_line_limit(geometry: CacheGeometry, policy: Policy, lines: u64) -> Self {
         let sets = (geometry.sets_per_slice * geometry.slices) as usize;
         let ways = geometry.ways as usize;
         let rrip = policy != Policy::Lru;
+        let set_bits = geometry.sets_per_slice.trailing_zeros();
+        let fits = lines.saturating_sub(1) >> set_bits < TAG_LIMIT;
+        let packed = match ways {
+            _ if !rrip || !fits => Packed::No,
+            1..=8 => Packed::Ways8(vec![Set8([EMPTY; 8]); sets]),
+            9..=16 => Packed::Ways16(vec![Set16([EMPTY; 16]); sets]),
+            _ => Packed::No,
+        };
+        let flat = matches!(packed, Packed::No);
         Cache {
             geometry,
             policy,
             line_shift: geometry.line_size.trailing_zeros(),
             set_mask: geometry.sets_per_slice - 1,
-            set_bits: geometry.sets_per_slice.trailing_zeros(),
+            set_bits,
             ways,
             slices: geometry.slices,
-            tags: vec![INVALID; sets * ways],
-            rrpv: if rrip {
+            tags: if flat {
+                vec![INVALID; sets * ways]
+            } else {
+                Vec::new()
+            },
+            rrpv: if rrip && flat {
                 vec![RRPV_MAX; sets * ways]
             } else {
                 Vec::new()
             },
+            packed,
+            // Only packed sets (at most 16 ways) use it.
+            packed_ways: (1u32 << ways.min(16)) - 1,
             psel: PSEL_MAX / 2,
             brrip_count: 0,
         }
@@ -156,6 +324,17 @@ impl Cache {
     fn access_line_rrip(&mut self, line: u64) -> bool {
         self.access_rrip::<true>(self.set_of(line), line, ALL_WAYS)
             .0
+    }
+
+    /// The tag word of `line` in a packed set.
+    #[inline(always)]
+    fn packed_key(&self, line: u64) -> u32 {
+        let tag = line >> self.set_bits;
+        debug_assert!(
+            matches!(self.packed, Packed::No) || tag < TAG_LIMIT,
+            "line {line:#x} beyond the cache's line limit"
+        );
+        (tag as u32) << 2
     }
 
     /// Reference one line, installing it on a miss into one of the ways of `way_mask` (bit
@@ -266,6 +445,32 @@ impl Cache {
         line: u64,
         way_mask: u64,
     ) -> (bool, u64) {
+        let key = self.packed_key(line);
+        let allowed = way_mask as u32 & self.packed_ways;
+        let policy = self.policy;
+        let (psel, count) = (&mut self.psel, &mut self.brrip_count);
+        let insert = || insert_rrpv::<VOTE>(policy, psel, count, set_index);
+        let (hit, evicted) = match &mut self.packed {
+            Packed::No => return self.access_rrip_flat::<VOTE>(set_index, line, way_mask),
+            Packed::Ways8(sets) => packed_access(&mut sets[set_index].0, key, allowed, insert),
+            Packed::Ways16(sets) => packed_access(&mut sets[set_index].0, key, allowed, insert),
+        };
+        if evicted == EMPTY {
+            return (hit, INVALID);
+        }
+        // The evicted line: its tag above the set index, which is the set's within its slice.
+        let set_in_slice = set_index as u64 & self.set_mask;
+        (hit, u64::from(evicted >> 2) << self.set_bits | set_in_slice)
+    }
+
+    /// [`Cache::access_rrip`] on 8-byte tags and a separate array of RRPVs.
+    #[inline(always)]
+    fn access_rrip_flat<const VOTE: bool>(
+        &mut self,
+        set_index: usize,
+        line: u64,
+        way_mask: u64,
+    ) -> (bool, u64) {
         let ways = self.ways;
         let base = set_index * ways;
         let set = &mut self.tags[base..base + ways];
@@ -291,30 +496,12 @@ impl Cache {
                 }
             }
         };
-        let use_brrip = match self.policy {
-            Policy::Srrip => false,
-            Policy::Brrip => true,
-            _ => {
-                if VOTE {
-                    vote(&mut self.psel, set_index);
-                }
-                match set_index % DUEL_PERIOD {
-                    0 => false,
-                    1 => true,
-                    _ => self.psel > PSEL_MAX / 2,
-                }
-            }
-        };
-        let insert = if use_brrip {
-            self.brrip_count = self.brrip_count.wrapping_add(1);
-            if self.brrip_count.is_multiple_of(32) {
-                RRPV_MAX - 1
-            } else {
-                RRPV_MAX
-            }
-        } else {
-            RRPV_MAX - 1
-        };
+        let insert = insert_rrpv::<VOTE>(
+            self.policy,
+            &mut self.psel,
+            &mut self.brrip_count,
+            set_index,
+        );
         let evicted = std::mem::replace(&mut set[victim], line);
         rrpv[victim] = insert;
         (false, evicted)
@@ -323,6 +510,19 @@ impl Cache {
     /// Drop `line` if present (its frame changed). True if it was cached.
     #[inline(always)]
     pub fn invalidate_line(&mut self, line: u64) -> bool {
+        let set_index = self.set_of(line);
+        let key = self.packed_key(line);
+        let word = match &mut self.packed {
+            Packed::No => return self.invalidate_flat(line),
+            Packed::Ways8(sets) => packed_slot(&mut sets[set_index].0, key),
+            Packed::Ways16(sets) => packed_slot(&mut sets[set_index].0, key),
+        };
+        word.map(|w| *w = EMPTY).is_some()
+    }
+
+    /// [`Cache::invalidate_line`] on 8-byte tags.
+    #[inline(always)]
+    fn invalidate_flat(&mut self, line: u64) -> bool {
         let base = self.set_base(line);
         let ways = self.ways;
         let set = &mut self.tags[base..base + ways];
@@ -352,8 +552,16 @@ impl Cache {
     /// True if `line` is cached (no state change).
     #[inline(always)]
     pub fn contains_line(&self, line: u64) -> bool {
-        let base = self.set_base(line);
-        self.tags[base..base + self.ways].contains(&line)
+        let set_index = self.set_of(line);
+        let key = self.packed_key(line);
+        match &self.packed {
+            Packed::No => {
+                let base = set_index * self.ways;
+                self.tags[base..base + self.ways].contains(&line)
+            }
+            Packed::Ways8(sets) => packed_hits(&sets[set_index].0, key) != 0,
+            Packed::Ways16(sets) => packed_hits(&sets[set_index].0, key) != 0,
+        }
     }
 }
 
@@ -450,6 +658,73 @@ mod tests {
                     set.pop_back();
                 }
                 set.push_front(line);
+            }
+        }
+    }
+
+    #[test]
+    fn rrip_caches_pack_their_sets_when_every_tag_fits() {
+        let packed = |mib: u64, ways, slices, policy, lines| {
+            let g = CacheGeometry::from_size(mib << 20, 64, ways, slices, 4096).unwrap();
+            !matches!(Cache::with_line_limit(g, policy, lines).packed, Packed::No)
+        };
+        // zen4-like's, neoverse-like's and spr-like's LLCs with 8 GiB of memory; 16 and 15
+        // ways fill a 16-word set, 8 ways an 8-word one.
+        let memory = (8u64 << 30) / 64;
+        assert!(packed(32, 16, 1, Policy::Drrip, memory));
+        assert!(packed(32, 16, 16, Policy::Drrip, memory));
+        assert!(packed(15, 15, 8, Policy::Drrip, memory));
+        assert!(packed(32, 8, 4, Policy::Srrip, memory));
+        // Not: LRU, more than 16 ways, lines without a known bound, tags of 30 bits (a
+        // 32 MiB cache of 16 ways has 15 set bits).
+        assert!(!packed(32, 16, 1, Policy::Lru, memory));
+        assert!(!packed(32, 32, 1, Policy::Drrip, memory));
+        assert!(!packed(32, 16, 1, Policy::Brrip, u64::MAX));
+        assert!(!packed(32, 16, 1, Policy::Drrip, TAG_LIMIT << 15 | 1));
+        assert!(packed(32, 16, 1, Policy::Drrip, TAG_LIMIT << 15));
+    }
+
+    proptest::proptest! {
+        /// Packed sets give every answer the flat layout gives (hits, evicted lines,
+        /// invalidations, lookups) under every RRIP policy, way count up to 16, way mask
+        /// and number of slices, on lines up to the tag limit.
+        #[test]
+        fn packed_sets_match_the_flat_layout(
+            ops in proptest::collection::vec((0u8..5, 0u64..400, 1u64..u64::MAX), 1..600),
+            ways in 1u64..17,
+            sets_bits in 0u32..3,
+            slices in 1u64..4,
+            policy in proptest::sample::select(vec![Policy::Srrip, Policy::Brrip, Policy::Drrip]),
+        ) {
+            let g = CacheGeometry::new(64, 1 << sets_bits, ways, slices, 4096).unwrap();
+            let mut flat = Cache::new(g, policy);
+            let lines = TAG_LIMIT << sets_bits;
+            let mut packed = Cache::with_line_limit(g, policy, lines);
+            proptest::prop_assert!(matches!(flat.packed, Packed::No));
+            proptest::prop_assert!(!matches!(packed.packed, Packed::No));
+            for (op, line, mask) in ops {
+                // Lines near 0 and near the limit, so that the tags' top bits are used too.
+                let line = if line % 2 == 0 { line } else { lines - 1 - line };
+                let mask = mask & flat.all_ways();
+                let mask = if mask == 0 { flat.all_ways() } else { mask };
+                match op {
+                    0 => proptest::prop_assert_eq!(flat.access_line(line), packed.access_line(line)),
+                    1 => proptest::prop_assert_eq!(
+                        flat.access_line_evicting(line, mask),
+                        packed.access_line_evicting(line, mask)
+                    ),
+                    2 => proptest::prop_assert_eq!(
+                        flat.fill_line_evicting(line, mask),
+                        packed.fill_line_evicting(line, mask)
+                    ),
+                    3 => proptest::prop_assert_eq!(flat.invalidate_line(line), packed.invalidate_line(line)),
+                    _ => {
+                        flat.demand_missed(line);
+                        packed.demand_missed(line);
+                    }
+                }
+                proptest::prop_assert_eq!(flat.contains_line(line), packed.contains_line(line));
+                proptest::prop_assert_eq!(flat.psel, packed.psel);
             }
         }
     }

@@ -162,10 +162,15 @@ pub(super) fn instr_ref(
     }
 }
 
-pub(super) fn build_cache(spec: &MachineSpec, l: &LevelSpec) -> Cache {
+/// A cache of level `l`; `physical`: the bound on the addresses it will see, if known (a
+/// physically indexed cache of a machine whose addresses all come from its frames).
+pub(super) fn build_cache(spec: &MachineSpec, l: &LevelSpec, physical: Option<u64>) -> Cache {
     let g = CacheGeometry::from_size(l.size.0, l.line.0, l.ways, l.slices, spec.page_size.0)
         .expect("validated spec");
-    Cache::new(g, l.policy)
+    match physical {
+        Some(bytes) => Cache::with_line_limit(g, l.policy, bytes.div_ceil(l.line.0)),
+        None => Cache::new(g, l.policy),
+    }
 }
 
 /// Who asked for a line below the L1: counted apart.

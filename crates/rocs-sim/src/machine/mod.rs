@@ -92,13 +92,30 @@ pub struct Machine {
     ipc_noise: f64,
     /// Switch a process's L2 prefetcher off while its PMU samples.
     prefetch_off_while_sampling: bool,
+    /// Every physical address the L2s and the LLC see is below this, unless a trace is
+    /// mapped one to one (its virtual addresses are physical): see [`physical_limit`].
+    physical: Option<u64>,
+}
+
+/// A bound on the physical addresses of a machine with `spec`'s memory whose pages all get
+/// frames: every address is in a frame (data, page tables) or, prefetched, in the 4 KiB
+/// block of one (a prefetcher never leaves its 4 KiB page, whatever the page size).
+fn physical_limit(spec: &MachineSpec) -> u64 {
+    spec.memory.0.next_multiple_of(4096)
 }
 
 impl Machine {
-    fn empty(spec: &MachineSpec, workload_name: String, seed: u64) -> Result<Machine, SimError> {
+    /// `identity`: a trace is mapped one to one, so that physical addresses are not bounded.
+    fn empty(
+        spec: &MachineSpec,
+        workload_name: String,
+        seed: u64,
+        identity: bool,
+    ) -> Result<Machine, SimError> {
         spec.validate(&spec.name)?;
         let mut rng = Rng::new(seed);
-        let llc = build_cache(spec, &spec.llc);
+        let physical = (!identity).then(|| physical_limit(spec));
+        let llc = build_cache(spec, &spec.llc, physical);
         let colours = llc.geometry().colours();
         let frames = (spec.memory.0 / spec.page_size.0) as u32;
         let frames = FrameAllocator::new(frames, colours, &mut rng);
@@ -132,6 +149,7 @@ impl Machine {
                 .prefetch
                 .as_ref()
                 .is_some_and(|p| p.off_while_sampling),
+            physical,
             spec: spec.clone(),
         };
         m.set_pollute_colours(&[Colour(colours - 1)])?;
@@ -144,9 +162,10 @@ impl Machine {
         ProcState {
             pid: FIRST_PID + i as Pid,
             core: Core {
-                l1d: build_cache(p, &p.l1d),
-                l1i: p.l1i.as_ref().map(|l| build_cache(p, l)),
-                l2: p.l2.as_ref().map(|l| build_cache(p, l)),
+                // The L1s are indexed by virtual addresses, which nothing bounds.
+                l1d: build_cache(p, &p.l1d, None),
+                l1i: p.l1i.as_ref().map(|l| build_cache(p, l, None)),
+                l2: p.l2.as_ref().map(|l| build_cache(p, l, self.physical)),
                 modern: build_modern(p, &self.llc),
             },
             clock_fp: 0,
@@ -176,7 +195,7 @@ impl Machine {
     pub fn new(spec: &MachineSpec, workload: &Workload, seed: u64) -> Result<Machine, SimError> {
         let workload = &workload.sized_for(spec.llc.size.0);
         workload.validate(&workload.name)?;
-        let mut m = Machine::empty(spec, workload.name.clone(), seed)?;
+        let mut m = Machine::empty(spec, workload.name.clone(), seed, false)?;
         for (i, process) in workload.processes.iter().enumerate() {
             let mut st = m.new_state(i);
             let gen = GenProc::build(spec, workload, i, &mut m.frames, &mut st.rng)?;
@@ -225,6 +244,7 @@ impl Machine {
                 spec.name
             )));
         }
+        let identity = traces.iter().any(|t| t.identity_map);
         let mut procs = Vec::with_capacity(traces.len());
         for trace in traces {
             procs.push(TraceProc::open(spec, trace)?);
@@ -234,7 +254,7 @@ impl Machine {
             .map(|(_, n)| n.as_str())
             .collect::<Vec<_>>()
             .join(" + ");
-        let mut m = Machine::empty(spec, name, seed)?;
+        let mut m = Machine::empty(spec, name, seed, identity)?;
         m.frames.split_first_touches(procs.len());
         for (i, (proc, name)) in procs.into_iter().enumerate() {
             let mut st = m.new_state(i);
