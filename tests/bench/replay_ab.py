@@ -7,6 +7,9 @@ round) of the trace's references per CPU second (user + system of the child). Ke
 and its machine with `tests/bench/traces.sh --keep DIR` (DIR/t.rtrace, DIR/cg.toml).
 
     tests/bench/replay_ab.py --trace DIR/t.rtrace --machine DIR/cg.toml OLD_ROCSCTL NEW_ROCSCTL
+
+A binary given as ROCSCTL@TRACE replays TRACE instead (the same references in another
+format version, say).
 """
 
 import argparse
@@ -31,10 +34,11 @@ def main():
     args = ap.parse_args()
     rates = [[] for _ in args.rocsctl]
     for _ in range(args.rounds):
-        for i, binary in enumerate(args.rocsctl):
+        for i, arg in enumerate(args.rocsctl):
+            binary, _, trace = arg.partition("@")
             before = children_cpu()
             out = subprocess.run(
-                [binary, "sim", "trace", args.trace, "--machine", args.machine,
+                [binary, "sim", "trace", trace or args.trace, "--machine", args.machine,
                  "--identity-map", "--json", "--repeat", str(args.repeat)],
                 check=True, stdout=subprocess.PIPE,
             ).stdout

@@ -1,5 +1,5 @@
 //! Trace readers alone, from memory: lackey text lines per second and binary events per
-//! second in both versions of the format, one at a time and fed to a sink as the replay is
+//! second in every version of the format, one at a time and fed to a sink as the replay is
 //! fed (criterion's elements = lines or events), per second of the benchmark thread's CPU
 //! time.
 //!
@@ -70,7 +70,7 @@ impl EventSink for Sum {
 fn bench(c: &mut Criterion<ThreadCpuTime>) {
     let events = events();
     let text = lackey_text(&events);
-    let binary = [1, 2].map(|version| {
+    let binary = [1, 2, 3].map(|version| {
         let mut w = BinaryWriter::with_version(Vec::new(), version).unwrap();
         for e in &events {
             w.write(e).unwrap();

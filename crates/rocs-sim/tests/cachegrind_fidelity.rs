@@ -2,7 +2,7 @@
 //! lackey (memory trace) and under cachegrind (cache simulation) with explicit geometries;
 //! replaying the lackey trace on a machine of the same geometry (LRU, identity-mapped) must
 //! give the same L1D misses (D1mr + D1mw) and LLC data misses (DLmr + DLmw), within 1%; and
-//! the trace converted to rocs's binary format (either version) must replay to exactly the
+//! the trace converted to rocs's binary format (any version) must replay to exactly the
 //! same counts.
 //!
 //! The model follows cachegrind where it matters: an access straddling two lines touches
@@ -154,7 +154,7 @@ fn lackey_and_binary_replays_match_cachegrind_on_sort() {
         ],
         &input,
     );
-    let binaries = [1, 2].map(|version| {
+    let binaries = [1, 2, 3].map(|version| {
         let binary = dir.join(format!("trace.v{version}.rtrace"));
         convert(&trace, &binary, version);
         binary

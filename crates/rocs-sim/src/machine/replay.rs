@@ -13,6 +13,7 @@ use crate::cache::{Cache, Policy};
 use crate::error::SimError;
 use crate::frames::FrameAllocator;
 use crate::spec::MachineSpec;
+use crate::trace::binary::RUN_LINE_SHIFT;
 pub use crate::trace::TraceFormat;
 use crate::trace::{EventSink, TraceEvent, TraceKind, TraceReader};
 
@@ -197,7 +198,7 @@ impl TraceProc {
             modern: st.core.modern.any(),
         };
         // Made afresh each run: between runs pages migrate, which invalidates their lines.
-        let mut recent = RecentLines::new(&st.core, self.skip_repeats);
+        let mut recent = RecentLines::new(&st.core, self.skip_repeats, self.max_size);
         let (base_per_instr, l1) = (t.base_per_instr, t.l1);
         while st.clock_fp < limit_fp {
             if self.references_left == 0 {
@@ -301,6 +302,32 @@ impl EventSink for Replayer<'_, '_> {
     #[inline(always)]
     fn wants(&self) -> bool {
         self.clock < self.limit_fp && self.left > 0
+    }
+
+    /// A run of repeats of 64-byte lines (binary version 3): taken as a whole if those are
+    /// this machine's repeats too, each stream with references in it has touched a line
+    /// since the filter was made (from then on its last line is the writer's: both are the
+    /// line its last reference ended in), and every event of it is wanted.
+    #[inline(always)]
+    fn run(&mut self, fetches: u64, data: u64) -> bool {
+        let n = fetches + data;
+        // What the events one by one would cost: a fetch's base cost, and a hit each. The
+        // clock only grows: below the limit after the last event, it was before each.
+        let cost = fetches * self.base_per_instr + n * self.l1;
+        let take = self.recent.runs
+            && (fetches == 0 || self.recent.instr.last != RecentLine::NONE)
+            && (data == 0 || self.recent.data.last != RecentLine::NONE)
+            && self.clock + cost < self.limit_fp
+            && self.left >= n;
+        if take {
+            self.left -= n;
+            self.clock += cost;
+            self.instrs += fetches;
+            self.instr_repeats += fetches;
+            self.data += data;
+            self.data_repeats += data;
+        }
+        take
     }
 
     #[inline(always)]
@@ -422,6 +449,9 @@ struct Env<'a> {
 struct RecentLines {
     instr: RecentLine,
     data: RecentLine,
+    /// Both streams' lines are the 64 bytes a binary trace's runs count repeats of, and
+    /// sizes are clamped to them: the runs' repeats are this machine's.
+    runs: bool,
 }
 
 struct RecentLine {
@@ -462,12 +492,15 @@ impl RecentLine {
 }
 
 impl RecentLines {
-    fn new(core: &Core, on: bool) -> RecentLines {
+    fn new(core: &Core, on: bool, max_size: u64) -> RecentLines {
         let l1i = core.l1i.as_ref().filter(|_| on);
         let l1d = Some(&core.l1d).filter(|_| on);
+        let (instr, data) = (RecentLine::new(l1i), RecentLine::new(l1d));
+        let run_line = |l: &RecentLine| l.on && l.shift == RUN_LINE_SHIFT;
         RecentLines {
-            instr: RecentLine::new(l1i),
-            data: RecentLine::new(l1d),
+            runs: run_line(&instr) && run_line(&data) && max_size == 1 << RUN_LINE_SHIFT,
+            instr,
+            data,
         }
     }
 }

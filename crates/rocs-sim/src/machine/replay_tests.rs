@@ -6,11 +6,11 @@ use super::*;
 use crate::trace::BinaryWriter;
 use rocs_core::{Placement, Remapper};
 
-/// A program-like trace in binary format versions 1 and 2: a loop's fetches, mostly
+/// A program-like trace in binary format versions 1, 2 and 3: a loop's fetches, mostly
 /// straight-line code, loads and stores on a stack, a structure walked field by field,
 /// a heap walked with strides, accesses straddling lines and pages, and a stream larger
 /// than every LLC so that its lines go all the way down.
-fn trace_files(dir: &std::path::Path) -> [PathBuf; 2] {
+fn trace_files(dir: &std::path::Path) -> [PathBuf; 3] {
     let mut events = Vec::new();
     let mut x = 0x2545_f491_4f6c_dd1du64;
     let (mut pc, mut fetch_size) = (0x40_0000u64, 4);
@@ -45,7 +45,7 @@ fn trace_files(dir: &std::path::Path) -> [PathBuf; 2] {
             ]),
         }
     }
-    [1, 2].map(|version| {
+    [1, 2, 3].map(|version| {
         let mut w = BinaryWriter::with_version(Vec::new(), version).unwrap();
         for e in &events {
             w.write(e).unwrap();
@@ -69,14 +69,15 @@ fn short_lines() -> MachineSpec {
     MachineSpec::from_toml("short-lines.toml", &text).unwrap()
 }
 
-/// Replays of versions 1 and 2 of a trace count the same, with the repeated-line skip
-/// and without, on every built-in machine and one of 32-byte lines, with pages
-/// migrating between windows.
+/// Replays of versions 1, 2 and 3 of a trace count the same, with the repeated-line skip
+/// (and version 3's runs of repeats taken whole) and without, on every built-in machine
+/// and one of 32-byte lines (where the runs, of 64-byte lines, are replayed one by one),
+/// with pages migrating between windows.
 #[test]
 fn both_versions_and_the_repeat_skip_count_what_the_full_path_counts() {
     let dir = std::env::temp_dir().join(format!("rocs-replay-test-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let [v1, v2] = trace_files(&dir);
+    let [v1, v2, v3] = trace_files(&dir);
     // Most fetches are straight-line code: one byte each in version 2.
     let bytes = [&v1, &v2].map(|p| std::fs::metadata(p).unwrap().len());
     assert!(bytes[1] < bytes[0] * 7 / 8, "{bytes:?}");
@@ -112,7 +113,14 @@ fn both_versions_and_the_repeat_skip_count_what_the_full_path_counts() {
             "{name}"
         );
         assert!(full.0.pages_migrated > 20, "{name}");
-        for (path, skip) in [(&v1, true), (&v2, false), (&v2, true)] {
+        let cases = [
+            (&v1, true),
+            (&v2, false),
+            (&v2, true),
+            (&v3, false),
+            (&v3, true),
+        ];
+        for (path, skip) in cases {
             assert_eq!(
                 run(path, skip),
                 full,

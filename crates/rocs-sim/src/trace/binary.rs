@@ -1,12 +1,12 @@
-//! rocs's compact binary trace format: the same events as a lackey trace in about an eighth of
-//! the bytes, read many times faster than text. Version 2 is written; versions 1 and 2 are
+//! rocs's compact binary trace format: the same events as a lackey trace in about a sixth of
+//! the bytes, read many times faster than text. Version 3 is written; versions 1 to 3 are
 //! read.
 //!
 //! ```text
 //! header, 16 bytes
 //!   0..8    magic: 89 52 4f 43 53 54 52 0a  ("\x89ROCSTR\n"; the first byte is not text,
 //!           so a reader tells it from a lackey trace by one byte)
-//!   8..12   version, u32 little-endian: 1 or 2
+//!   8..12   version, u32 little-endian: 1, 2 or 3
 //!   12..16  flags, u32 little-endian: 0 (none defined; a reader refuses flags it does not know)
 //! one record per event; instruction fetches and data accesses are two streams, each with
 //! the address and the end (address + size) of its last event, both 0 at the start
@@ -22,9 +22,15 @@
 //!           end of its stream's last event (modulo 2^64)
 //!   other   tag kind | size_code << 2, size_code 1..=30: the size; 31: the size follows as
 //!           a varint; then [size] and delta as in version 1
+//! version 3: the records of version 2, and
+//!   run     tag 0x01, fetches (a byte), data accesses (a byte), length (varint), then the
+//!           records of those fetches + data (at least 1) events, `length` bytes, each of
+//!           which lies in the 64-byte line its stream's last event ended in (sizes
+//!           clamped to 64); after them the streams are as they were before the run record
 //! end record
-//!   tag 0x00, then the number of events as a varint; nothing may follow it
-//! tags 0x01..=0x03 are reserved, and in version 2 0x80..=0x83 too
+//!   tag 0x00, then the number of events as a varint (runs' included); nothing may follow
+//! tags 0x01..=0x03 are reserved (in version 3, 0x02 and 0x03), in versions 2 and 3
+//! 0x80..=0x83 too
 //! ```
 //!
 //! Varints are unsigned LEB128 (7 bits a byte, least significant first, high bit set on all
@@ -32,7 +38,10 @@
 //! so that small negative deltas are small too. The end record lets a reader tell a
 //! complete trace from one whose writer stopped. Version 2's sequential record is one byte
 //! for most of a program's instruction fetches (straight-line code) and many of its data
-//! accesses (a structure walked field by field), decoded without a varint.
+//! accesses (a structure walked field by field), decoded without a varint. Version 3's run
+//! record lets a replay whose L1s have 64-byte lines count repeats of the lines its streams
+//! touched last (most of a program's references, hits that change nothing) in bulk and skip
+//! their records; any other reader decodes them one by one (docs/traces.md).
 
 use std::io::{Read, Write};
 
@@ -41,7 +50,7 @@ use crate::error::SimError;
 
 pub const MAGIC: [u8; 8] = *b"\x89ROCSTR\n";
 /// The version written.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 const HEADER_LEN: usize = 16;
 const END_TAG: u8 = 0;
 /// Version 1: size code saying that the size follows as a varint.
@@ -51,6 +60,17 @@ const SEQUENTIAL: u8 = 0x80;
 /// Version 2: the largest size of a sequential record, and the size code of an other
 /// record whose size follows as a varint.
 const V2_SIZE_FOLLOWS: u8 = 31;
+/// Version 3: the tag of a run record.
+const RUN_TAG: u8 = 0x01;
+/// Version 3: run records count repeats of lines of this many bytes (log2).
+pub const RUN_LINE_SHIFT: u32 = 6;
+/// Version 3: the fewest references a writer makes a run of. Replays of gzip's trace were
+/// fastest with runs from 2 on (1, 2, 3, 4 and 6 measured; docs/traces.md).
+const MIN_RUN: u32 = 2;
+/// Version 3: at most this many of each stream's references in one run (a byte each).
+const MAX_RUN: u32 = 255;
+/// No run being decoded record by record.
+const NO_RUN: u64 = u64::MAX;
 /// Longest record: a tag and two 10-byte varints.
 const MAX_RECORD: usize = 21;
 const BUF_SIZE: usize = 1 << 18;
@@ -85,6 +105,30 @@ fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     out.push(v as u8);
 }
 
+/// Append the record of `ev` (of kind code `kind`) in `version` to `out`, from and
+/// updating `streams`.
+fn put_record(out: &mut Vec<u8>, version: u32, streams: &mut Streams, kind: u8, ev: &TraceEvent) {
+    let s = stream(kind);
+    let size_follows = if version == 1 {
+        V1_SIZE_FOLLOWS
+    } else {
+        V2_SIZE_FOLLOWS
+    };
+    if version >= 2 && ev.addr == streams.end[s] && ev.size <= V2_SIZE_FOLLOWS as u64 {
+        out.push(SEQUENTIAL | kind | (ev.size as u8) << 2);
+    } else {
+        if ev.size < size_follows as u64 {
+            out.push(kind | (ev.size as u8) << 2);
+        } else {
+            out.push(kind | size_follows << 2);
+            put_varint(out, ev.size);
+        }
+        let delta = ev.addr.wrapping_sub(streams.prev[s]) as i64;
+        put_varint(out, ((delta << 1) ^ (delta >> 63)) as u64);
+    }
+    streams.event(kind, ev.addr, ev.size);
+}
+
 /// The varint at `*i` in `buf`, `None` if `buf` ends inside it or it is longer than 10 bytes.
 #[inline(always)]
 fn get_varint(buf: &[u8], i: &mut usize) -> Option<u64> {
@@ -110,6 +154,26 @@ fn get_varint(buf: &[u8], i: &mut usize) -> Option<u64> {
             return None;
         }
     }
+}
+
+/// The run record at `i` in `buf`: its fetches, its data accesses, where its records start
+/// and where they end (which may be past `buf`); `None` if `buf` ends inside its header,
+/// its length's varint is over 10 bytes or it counts no events.
+#[inline(always)]
+fn run_header(buf: &[u8], i: usize) -> Option<(u64, u64, usize, usize)> {
+    let fetches = *buf.get(i + 1)? as u64;
+    let data = *buf.get(i + 2)? as u64;
+    let mut body = i + 3;
+    let len = get_varint(buf, &mut body)?;
+    if fetches + data == 0 {
+        return None;
+    }
+    Some((
+        fetches,
+        data,
+        body,
+        body.checked_add(usize::try_from(len).ok()?)?,
+    ))
 }
 
 #[inline(always)]
@@ -144,6 +208,16 @@ pub trait EventSink {
     fn wants(&self) -> bool;
     /// Take one event; an error stops the feed (the event counts as read).
     fn event(&mut self, ev: TraceEvent) -> Result<(), SimError>;
+    /// Version 3: the next `fetches` instruction fetches and `data` data accesses (in some
+    /// order) each lie in the 64-byte line ([`RUN_LINE_SHIFT`]) their stream touched last,
+    /// its size clamped to the line. True if the sink takes them as a whole (the reader
+    /// skips their records); false to be handed them one by one, as by default. Asked only
+    /// while the sink wants events.
+    #[inline(always)]
+    fn run(&mut self, fetches: u64, data: u64) -> bool {
+        let _ = (fetches, data);
+        false
+    }
 }
 
 /// Collects events into a vector, up to `max`.
@@ -172,7 +246,17 @@ pub struct BinaryWriter<W: Write> {
     buf: Vec<u8>,
     streams: Streams,
     events: u64,
+    /// Version 3: each stream's last 64-byte line (`NO_LINE` before its first reference),
+    lines: [u64; 2],
+    /// the records of the run of repeats being gathered, encoded from `run_start`,
+    run: Vec<u8>,
+    /// and how many fetches and data accesses it holds.
+    run_counts: [u32; 2],
+    run_start: Streams,
 }
+
+/// No line yet (a line number is an address shifted right by 6 bits).
+const NO_LINE: u64 = u64::MAX;
 
 impl<W: Write> BinaryWriter<W> {
     /// A writer of the current version.
@@ -180,7 +264,7 @@ impl<W: Write> BinaryWriter<W> {
         Self::with_version(out, VERSION).expect("the current version")
     }
 
-    /// A writer of `version` (1 or 2: old traces are made to test that they still replay).
+    /// A writer of `version` (1 to 3: old traces are made to test that they still replay).
     pub fn with_version(out: W, version: u32) -> std::io::Result<Self> {
         if !(1..=VERSION).contains(&version) {
             return Err(std::io::Error::new(
@@ -198,6 +282,10 @@ impl<W: Write> BinaryWriter<W> {
             buf,
             streams: Streams::default(),
             events: 0,
+            lines: [NO_LINE; 2],
+            run: Vec::new(),
+            run_counts: [0; 2],
+            run_start: Streams::default(),
         })
     }
 
@@ -214,27 +302,50 @@ impl<W: Write> BinaryWriter<W> {
             ));
         }
         let kind = kind_code(ev.kind);
-        let s = stream(kind);
-        let size_follows = if self.version == 1 {
-            V1_SIZE_FOLLOWS
-        } else {
-            V2_SIZE_FOLLOWS
-        };
-        if self.version >= 2 && ev.addr == self.streams.end[s] && ev.size <= V2_SIZE_FOLLOWS as u64
-        {
-            self.buf.push(SEQUENTIAL | kind | (ev.size as u8) << 2);
-        } else {
-            if ev.size < size_follows as u64 {
-                self.buf.push(kind | (ev.size as u8) << 2);
-            } else {
-                self.buf.push(kind | size_follows << 2);
-                put_varint(&mut self.buf, ev.size);
+        if self.version >= 3 {
+            let s = stream(kind);
+            // As the replay tells repeats: the size clamped to the line.
+            let first = ev.addr >> RUN_LINE_SHIFT;
+            let size = ev.size.min(1 << RUN_LINE_SHIFT);
+            let last = ev.addr.saturating_add(size - 1) >> RUN_LINE_SHIFT;
+            let repeats = first == self.lines[s] && last == first;
+            self.lines[s] = last;
+            if !repeats || self.run_counts[s] == MAX_RUN {
+                self.end_run()?;
             }
-            let delta = ev.addr.wrapping_sub(self.streams.prev[s]) as i64;
-            put_varint(&mut self.buf, ((delta << 1) ^ (delta >> 63)) as u64);
+            if repeats {
+                if self.run_counts == [0; 2] {
+                    self.run_start = self.streams;
+                }
+                put_record(&mut self.run, self.version, &mut self.streams, kind, ev);
+                self.run_counts[s] += 1;
+                self.events += 1;
+                return Ok(());
+            }
         }
-        self.streams.event(kind, ev.addr, ev.size);
+        put_record(&mut self.buf, self.version, &mut self.streams, kind, ev);
         self.events += 1;
+        self.flush_some()
+    }
+
+    /// Write the run gathered so far: as a run record if it is long enough, else as its
+    /// plain records.
+    fn end_run(&mut self) -> std::io::Result<()> {
+        let [fetches, data] = self.run_counts;
+        if fetches + data >= MIN_RUN {
+            self.buf.extend([RUN_TAG, fetches as u8, data as u8]);
+            put_varint(&mut self.buf, self.run.len() as u64);
+            // The records after a run are encoded from the streams as they were before
+            // it, so that a reader that skips the run's records needs nothing from them.
+            self.streams = self.run_start;
+        }
+        self.buf.extend_from_slice(&self.run);
+        self.run.clear();
+        self.run_counts = [0; 2];
+        self.flush_some()
+    }
+
+    fn flush_some(&mut self) -> std::io::Result<()> {
         if self.buf.len() >= BUF_SIZE {
             self.out.write_all(&self.buf)?;
             self.buf.clear();
@@ -244,6 +355,7 @@ impl<W: Write> BinaryWriter<W> {
 
     /// Write the end record and flush; returns the output.
     pub fn finish(mut self) -> std::io::Result<W> {
+        self.end_run()?;
         self.buf.push(END_TAG);
         put_varint(&mut self.buf, self.events);
         self.out.write_all(&self.buf)?;
@@ -265,6 +377,12 @@ pub struct BinaryReader<R> {
     streams: Streams,
     events: u64,
     ended: bool,
+    /// Version 3, while the records of a run are handed one by one: the input offset where
+    /// they end (`NO_RUN` otherwise), the streams before them (restored there) and the
+    /// events read by then.
+    run_end: u64,
+    run_start: Streams,
+    run_events: u64,
 }
 
 impl<R: Read> BinaryReader<R> {
@@ -281,6 +399,9 @@ impl<R: Read> BinaryReader<R> {
             streams: Streams::default(),
             events: 0,
             ended: false,
+            run_end: NO_RUN,
+            run_start: Streams::default(),
+            run_events: 0,
         };
         r.refill()?;
         let header = &r.buf[..r.end.min(HEADER_LEN)];
@@ -372,6 +493,9 @@ impl<R: Read> BinaryReader<R> {
         };
         self.pos = i;
         self.events += 1;
+        if self.run_end != NO_RUN {
+            self.leave_run()?;
+        }
         Ok(Some(ev))
     }
 
@@ -395,10 +519,16 @@ impl<R: Read> BinaryReader<R> {
             if self.end - self.pos < MAX_RECORD && !self.eof {
                 self.refill()?;
             }
+            // Versions 2 and 3 share a loop: a run record is as rare a case as any other
+            // tag it cannot take, and one loop less keeps the code inlined around it small.
             if self.version >= 2 {
                 self.feed_plain::<true, S>(sink)?;
             } else {
                 self.feed_plain::<false, S>(sink)?;
+            }
+            if self.run_end != NO_RUN && self.base + self.pos as u64 >= self.run_end {
+                self.leave_run()?;
+                continue;
             }
             if !sink.wants() {
                 return Ok(true);
@@ -411,13 +541,18 @@ impl<R: Read> BinaryReader<R> {
         }
     }
 
-    /// Hand `sink` events of plain records of version 2 (`V2`) or 1 while it wants them,
-    /// until the buffer may end inside the next record or the next record is not plain (an
-    /// end or reserved tag, a size in a varint, a varint over 10 bytes).
+    /// Hand `sink` events of plain records and runs of version 2 or 3 (`V2`) or plain
+    /// records of version 1 while it wants them, until the buffer may end inside the next
+    /// record, the next record is not plain (an end or reserved tag, a size in a varint, a
+    /// varint over 10 bytes) or the records of a run handed one by one end.
     #[inline(always)]
     fn feed_plain<const V2: bool, S: EventSink>(&mut self, sink: &mut S) -> Result<(), SimError> {
-        // Below `safe_end` a whole record of the longest kind is buffered.
-        let safe_end = self.end.saturating_sub(MAX_RECORD);
+        // Below `safe_end` a whole record of the longest kind is buffered; a run's records
+        // handed one by one stop at their end, where the streams go back.
+        let mut safe_end = self.end.saturating_sub(MAX_RECORD);
+        if self.run_end != NO_RUN {
+            safe_end = safe_end.min((self.run_end - self.base) as usize);
+        }
         let buf = &self.buf[..self.end];
         let mut i = self.pos;
         let mut streams = self.streams;
@@ -438,7 +573,26 @@ impl<R: Read> BinaryReader<R> {
                 let code = tag >> 2;
                 let size_follows = if V2 { V2_SIZE_FOLLOWS } else { V1_SIZE_FOLLOWS };
                 if code == 0 || code == size_follows {
-                    break;
+                    let runs = V2 && self.version >= 3 && self.run_end == NO_RUN;
+                    if !(runs && tag == RUN_TAG) {
+                        break;
+                    }
+                    let Some((fetches, data, body, body_end)) = run_header(buf, i) else {
+                        break;
+                    };
+                    let n = fetches + data;
+                    if body_end <= buf.len() && sink.run(fetches, data) {
+                        i = body_end;
+                        events += n;
+                        continue;
+                    }
+                    // Its records one by one, from the streams as they are now.
+                    self.run_end = self.base + body_end as u64;
+                    self.run_start = streams;
+                    self.run_events = self.events + events + n;
+                    safe_end = safe_end.min(body_end);
+                    i = body;
+                    continue;
                 }
                 let mut j = i + 1;
                 let Some(delta) = get_varint(buf, &mut j) else {
@@ -464,8 +618,29 @@ impl<R: Read> BinaryReader<R> {
     #[cold]
     fn special_record(&mut self, tag: u8) -> Result<Option<TraceEvent>, SimError> {
         let start = self.pos;
+        if tag == RUN_TAG && self.version >= 3 {
+            if self.run_end != NO_RUN {
+                return Err(self.error(start, "a run record inside a run".into()));
+            }
+            let Some((fetches, data, body, body_end)) = run_header(&self.buf[..self.end], start)
+            else {
+                return Err(self.error(
+                    start,
+                    "a run record cut short, with a varint over 10 bytes or of no events".into(),
+                ));
+            };
+            // Not skipped here: its records are read one by one.
+            self.run_end = self.base + body_end as u64;
+            self.run_start = self.streams;
+            self.run_events = self.events + fetches + data;
+            self.pos = body;
+            return self.next_event();
+        }
         if tag != END_TAG {
             return Err(self.error(start, format!("reserved tag {tag:#04x}")));
+        }
+        if self.run_end != NO_RUN {
+            return Err(self.error(start, "the trace ends inside a run".into()));
         }
         let mut i = start + 1;
         let Some(count) = get_varint(&self.buf[..self.end], &mut i) else {
@@ -487,6 +662,27 @@ impl<R: Read> BinaryReader<R> {
         }
         self.ended = true;
         Ok(None)
+    }
+
+    /// At or past the end of a run whose records were handed one by one: check that they
+    /// were what its record said, and go back to the streams before them.
+    #[cold]
+    fn leave_run(&mut self) -> Result<(), SimError> {
+        let at = self.base + self.pos as u64;
+        if at < self.run_end {
+            return Ok(());
+        }
+        if at > self.run_end || self.events != self.run_events {
+            return Err(SimError::BinaryTrace {
+                offset: self.run_end,
+                message: "a run's records do not end where its run record says, or are \
+                          not as many as it counts"
+                    .into(),
+            });
+        }
+        self.streams = self.run_start;
+        self.run_end = NO_RUN;
+        Ok(())
     }
 
     /// Move the unread tail to the front and read until `MAX_RECORD` bytes are buffered or

@@ -1,5 +1,5 @@
-//! Tests of the binary trace format (`binary.rs`): the documented bytes of both versions,
-//! round trips, batches, and every kind of damage.
+//! Tests of the binary trace format (`binary.rs`): the documented bytes of every version,
+//! round trips, batches, runs, and every kind of damage.
 
 use super::*;
 
@@ -57,15 +57,18 @@ fn the_bytes_of_version_1_are_the_documented_ones() {
 
 #[test]
 fn the_bytes_of_version_2_are_the_documented_ones() {
-    let bytes = encode(&[
-        ev(TraceKind::Instr, 0x400000, 4),
-        ev(TraceKind::Instr, 0x400004, 3),
-        ev(TraceKind::Load, 0x1000, 8),
-        ev(TraceKind::Load, 0x1008, 8),
-        ev(TraceKind::Store, 0x1000, 8),
-        ev(TraceKind::Modify, 0x1000, 64),
-        ev(TraceKind::Store, 0x1040, 32),
-    ]);
+    let bytes = encode_version(
+        &[
+            ev(TraceKind::Instr, 0x400000, 4),
+            ev(TraceKind::Instr, 0x400004, 3),
+            ev(TraceKind::Load, 0x1000, 8),
+            ev(TraceKind::Load, 0x1008, 8),
+            ev(TraceKind::Store, 0x1000, 8),
+            ev(TraceKind::Modify, 0x1000, 64),
+            ev(TraceKind::Store, 0x1040, 32),
+        ],
+        2,
+    );
     let mut want = b"\x89ROCSTR\n\x02\0\0\0\0\0\0\0".to_vec();
     // I, size 4, not at the stream's end (0): tag 0 | 4 << 2; delta +0x400000 zigzag
     // 0x800000 = varint 80 80 80 04.
@@ -89,6 +92,167 @@ fn the_bytes_of_version_2_are_the_documented_ones() {
     assert_eq!(BinaryReader::new(&bytes[..]).unwrap().version(), 2);
 }
 
+/// The events of the documented version 3 trace.
+fn version_3_example() -> Vec<TraceEvent> {
+    vec![
+        ev(TraceKind::Instr, 0x400000, 4),
+        ev(TraceKind::Load, 0x1000, 8),
+        ev(TraceKind::Instr, 0x400004, 4),
+        ev(TraceKind::Load, 0x1008, 8),
+        ev(TraceKind::Instr, 0x400008, 4),
+        ev(TraceKind::Instr, 0x400040, 4),
+        ev(TraceKind::Load, 0x1010, 8),
+    ]
+}
+
+#[test]
+fn the_bytes_of_version_3_are_the_documented_ones() {
+    let bytes = encode(&version_3_example());
+    let mut want = b"\x89ROCSTR\n\x03\0\0\0\0\0\0\0".to_vec();
+    // I, size 4: as in version 2.
+    want.extend([0x10, 0x80, 0x80, 0x80, 0x04]);
+    // L, size 8, delta +0x1000.
+    want.extend([0x21, 0x80, 0x40]);
+    // The next three repeat their stream's last 64-byte line: a run record of 2 fetches
+    // and 1 data access whose records take 3 bytes, then those records (each sequential).
+    want.extend([0x01, 0x02, 0x01, 0x03, 0x90, 0xa1, 0x90]);
+    // I at 0x400040, a new line: encoded from the fetch stream as it was before the run
+    // (last fetch 0x400000..0x400004), delta +0x40, zigzag 0x80 = 80 01.
+    want.extend([0x10, 0x80, 0x01]);
+    // L at 0x1010 repeats its line, but alone: a plain record, from the data stream as
+    // it was before the run (0x1000..0x1008), delta +0x10, zigzag 0x20.
+    want.extend([0x21, 0x20]);
+    // End record: 7 events.
+    want.extend([0x00, 0x07]);
+    assert_eq!(bytes, want);
+    assert_eq!(BinaryReader::new(&bytes[..]).unwrap().version(), 3);
+    assert_eq!(decode(&bytes).unwrap(), version_3_example());
+}
+
+/// What a sink that takes every run whole sees: the events handed one by one, and the
+/// runs (fetches, data accesses).
+#[derive(Default)]
+struct TakesRuns {
+    events: Vec<TraceEvent>,
+    runs: Vec<(u64, u64)>,
+    /// Decline every run once `events` holds this many (to see the one-by-one path).
+    decline_from: Option<usize>,
+}
+
+impl EventSink for TakesRuns {
+    fn wants(&self) -> bool {
+        true
+    }
+
+    fn event(&mut self, ev: TraceEvent) -> Result<(), SimError> {
+        self.events.push(ev);
+        Ok(())
+    }
+
+    fn run(&mut self, fetches: u64, data: u64) -> bool {
+        if self.decline_from.is_some_and(|n| self.events.len() >= n) {
+            return false;
+        }
+        self.runs.push((fetches, data));
+        true
+    }
+}
+
+#[test]
+fn a_sink_may_take_runs_whole() {
+    // Runs are offered where a whole record of the longest kind is buffered after them
+    // (not in the trace's last 21 bytes): more events after the example's.
+    let mut all = version_3_example();
+    all.extend((1..20).map(|i| ev(TraceKind::Store, i << 20, 8)));
+    let bytes = encode(&all);
+    let mut sink = TakesRuns::default();
+    let mut r = BinaryReader::new(&bytes[..]).unwrap();
+    while r.feed(&mut sink).unwrap() {}
+    assert_eq!(sink.runs, [(2, 1)]);
+    let skipped = [2, 3, 4];
+    let rest: Vec<_> = (0..all.len())
+        .filter(|i| !skipped.contains(i))
+        .map(|i| all[i])
+        .collect();
+    assert_eq!(sink.events, rest);
+    assert_eq!(r.events(), all.len() as u64);
+}
+
+/// A program-like stream: fetches of straight-line code with jumps, and data accesses
+/// mostly near the last, so that many references repeat their stream's last line.
+fn program_events(n: u64) -> Vec<TraceEvent> {
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let (mut pc, mut data) = (0x40_0000u64, 0x7000_0000u64);
+    let mut events = Vec::new();
+    for _ in 0..n {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        pc = if x.is_multiple_of(13) {
+            0x40_0000 + (x >> 30) % 0x4000
+        } else {
+            pc + 4
+        };
+        events.push(ev(TraceKind::Instr, pc, 1 + (x >> 8) % 6));
+        if !x.is_multiple_of(3) {
+            data = match (x >> 4) % 8 {
+                0 => 0x7000_0000 + (x >> 20) % (1 << 20),
+                1 => data.wrapping_sub(8),
+                _ => data + 8,
+            };
+            let kind = KINDS[1 + (x >> 12) as usize % 3];
+            // Now and then one larger than a line.
+            let size = if x.is_multiple_of(97) { 100 } else { 8 };
+            events.push(ev(kind, data, size));
+        }
+    }
+    events
+}
+
+#[test]
+fn runs_round_trip_and_skipped_runs_are_the_repeats_they_count() {
+    let events = program_events(300_000);
+    let bytes = encode(&events);
+    assert!(
+        bytes.len() > 2 * BUF_SIZE,
+        "several buffers: {}",
+        bytes.len()
+    );
+    assert_eq!(decode(&bytes).unwrap(), events);
+    for decline_from in [None, Some(events.len() / 3)] {
+        let mut sink = TakesRuns {
+            decline_from,
+            ..TakesRuns::default()
+        };
+        let mut r = BinaryReader::new(&bytes[..]).unwrap();
+        while r.feed(&mut sink).unwrap() {}
+        assert!(sink.runs.len() > 10_000, "{}", sink.runs.len());
+        // The events handed one by one are the trace's in order; those skipped between
+        // them are, kind by kind, the runs' counts, and each repeats its stream's last line.
+        let mut last = [u64::MAX; 2];
+        let (mut handed, mut skipped) = (sink.events.iter().peekable(), [0u64; 2]);
+        for e in &events {
+            let s = stream(kind_code(e.kind));
+            let first = e.addr >> RUN_LINE_SHIFT;
+            let end = (e.addr + e.size.min(64) - 1) >> RUN_LINE_SHIFT;
+            if handed.peek() == Some(&e) {
+                handed.next();
+            } else {
+                assert!(first == last[s] && end == first, "{e:?} skipped");
+                skipped[s] += 1;
+            }
+            last[s] = end;
+        }
+        assert_eq!(handed.next(), None);
+        let counted = sink
+            .runs
+            .iter()
+            .fold([0, 0], |[f, d], r| [f + r.0, d + r.1]);
+        assert_eq!(skipped, counted);
+        assert_eq!(r.events(), events.len() as u64);
+    }
+}
+
 #[test]
 fn round_trips_extreme_addresses_and_sizes() {
     let events = vec![
@@ -102,7 +266,7 @@ fn round_trips_extreme_addresses_and_sizes() {
         ev(TraceKind::Load, 0x7fff_ffff_ffff_ffff, 4),
         ev(TraceKind::Store, 0x8000_0000_0000_0003, 30),
     ];
-    for version in [1, 2] {
+    for version in [1, 2, 3] {
         let bytes = encode_version(&events, version);
         assert_eq!(decode(&bytes).unwrap(), events, "version {version}");
     }
@@ -133,7 +297,7 @@ fn round_trips_across_buffer_refills() {
     let events = mixed_events(200_000, |i| {
         i.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (i % 40)
     });
-    for version in [1, 2] {
+    for version in [1, 2, 3] {
         let bytes = encode_version(&events, version);
         assert!(
             bytes.len() > 2 * BUF_SIZE,
@@ -166,13 +330,19 @@ fn decode_batches(bytes: &[u8], max: usize) -> (Vec<TraceEvent>, Option<String>)
 fn batches_decode_what_single_events_do() {
     // Sizes in varints (the batch loop hands those to next_event), sequential records,
     // records across buffer refills, and the end record.
-    let events = mixed_events(150_000, |i| i.wrapping_mul(0x9e37_79b9) >> (i % 30));
-    for version in [1, 2] {
-        let bytes = encode_version(&events, version);
+    let mixed = mixed_events(150_000, |i| i.wrapping_mul(0x9e37_79b9) >> (i % 30));
+    let cases = [
+        (&mixed, 1),
+        (&mixed, 2),
+        (&mixed, 3),
+        (&program_events(150_000), 3),
+    ];
+    for (events, version) in cases {
+        let bytes = encode_version(events, version);
         for max in [1, 7, 4096] {
             assert_eq!(
                 decode_batches(&bytes, max),
-                (events.clone(), None),
+                (events.to_vec(), None),
                 "version {version}, batches of {max}"
             );
         }
@@ -198,7 +368,9 @@ fn bad_input_is_refused_with_its_offset() {
         ev(TraceKind::Load, 0x1000, 8),
         ev(TraceKind::Store, 0x2000, 8),
     ];
-    let (v1, v2) = (encode_version(&two, 1), encode(&two));
+    let (v1, v2) = (encode_version(&two, 1), encode_version(&two, 2));
+    let v3 = encode(&two);
+    assert_eq!(v2[16..], v3[16..], "no repeats: the same records");
     assert_eq!(
         v1[16..],
         v2[16..],
@@ -210,9 +382,9 @@ fn bad_input_is_refused_with_its_offset() {
         (v2[..10].to_vec(), "byte 0: not a rocs binary trace"),
         (
             header(0),
-            "byte 8: version 0; this rocs reads versions 1 to 2",
+            "byte 8: version 0; this rocs reads versions 1 to 3",
         ),
-        (header(3), "byte 8: version 3"),
+        (header(4), "byte 8: version 4"),
         (
             [&MAGIC[..], &1u32.to_le_bytes(), &[1, 0, 0, 0]].concat(),
             "byte 12: unknown flags 0x1",
@@ -223,6 +395,24 @@ fn bad_input_is_refused_with_its_offset() {
         ),
         (v2[..v2.len() - 3].to_vec(), "byte 19: a record cut short"),
         ([&v2[..16], &[0x02]].concat(), "byte 16: reserved tag 0x02"),
+        // A run record is version 3's.
+        ([&v2[..16], &[0x01]].concat(), "byte 16: reserved tag 0x01"),
+        (
+            [&v3[..22], &[0x01, 0x01, 0x00, 0x01, 0x01, 0x01, 0x01]].concat(),
+            "byte 26: a run record inside a run",
+        ),
+        (
+            [&v3[..22], &[0x01, 0x00, 0x00, 0x00]].concat(),
+            "byte 22: a run record cut short, with a varint over 10 bytes or of no events",
+        ),
+        (
+            [&v3[..22], &[0x01, 0x00, 0x02, 0x01, 0xa1, 0x00, 0x04]].concat(),
+            "byte 27: a run's records do not end where its run record says",
+        ),
+        (
+            [&v3[..22], &[0x01, 0x00, 0x01, 0x02, 0xa1, 0x00, 0x03]].concat(),
+            "byte 27: the trace ends inside a run",
+        ),
         (
             [&header(2)[..], &[0x83]].concat(),
             "byte 16: reserved tag 0x83",
@@ -255,10 +445,10 @@ fn bad_input_is_refused_with_its_offset() {
 
 #[test]
 fn a_writer_of_an_unknown_version_is_refused() {
-    for version in [0, 3] {
+    for version in [0, 4] {
         let Err(e) = BinaryWriter::with_version(Vec::new(), version) else {
             panic!("version {version} accepted")
         };
-        assert!(e.to_string().contains("there are 1 to 2"), "{e}");
+        assert!(e.to_string().contains("there are 1 to 3"), "{e}");
     }
 }
