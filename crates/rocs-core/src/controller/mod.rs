@@ -159,6 +159,9 @@ pub struct Controller {
     /// search under way, since pages last moved or the phase changed: how much a window
     /// scatters on its own.
     unsampled_ipcs: VecDeque<f64>,
+    /// The oldest of `unsampled_ipcs` is the target's first window: its start-up (first
+    /// touches, compulsory misses) says nothing of a trend, so it is left out of one.
+    unsampled_from_start: bool,
     /// A move was made just before this window: not a clean phase reference.
     skip_window: bool,
     /// Lines the LLC holds ([`Controller::set_llc`]; 0: unknown).
@@ -205,6 +208,7 @@ impl Controller {
             sharers_now: BTreeSet::new(),
             unsampled_ipc: None,
             unsampled_ipcs: VecDeque::new(),
+            unsampled_from_start: true,
             llc_lines: 0,
             llc_room_pages: 0,
             colour_pages: 0,
@@ -406,6 +410,7 @@ impl Controller {
                     // only widen the scatter, which raises the bar a profile's early end
                     // must clear.
                     if self.unsampled_ipcs.len() == UNSAMPLED_KEPT {
+                        self.unsampled_from_start = false;
                         self.unsampled_ipcs.pop_front();
                     }
                     self.unsampled_ipcs.push_back(delta.ipc());
@@ -594,6 +599,7 @@ impl Controller {
         }
         self.stats.phase_changes += 1;
         self.unsampled_ipcs.clear();
+        self.unsampled_from_start = false;
         let reason = format!(
             "phase change: IPC {:.3}, MPKI {:.2} outside the ±{:.0}% band for {} windows",
             delta.ipc(),
@@ -704,6 +710,7 @@ impl Controller {
         self.spending.moved(cost);
         if moved > 0 {
             self.unsampled_ipcs.clear();
+            self.unsampled_from_start = false;
         }
         if let Some(f) = failures {
             self.stats.migrations_failed += f.count as u64;

@@ -229,6 +229,9 @@ impl Controller {
             _ => &[],
         };
         search.drift_before(profile_ipcs);
+        let skip = usize::from(self.unsampled_from_start);
+        let before: Vec<f64> = self.unsampled_ipcs.iter().skip(skip).copied().collect();
+        search.trend_before(&before);
         let profile_ipcs = profile_ipcs.iter().map(|&(_, ipc)| ipc).collect();
         if scored {
             search.judged_by_group();

@@ -37,6 +37,12 @@ pub struct AdaptiveSearch {
     /// verified.
     #[serde(default)]
     drift_bound: Option<f64>,
+    /// The slope of IPC per window in the unsampled windows before the profile, if it is
+    /// significant (a large LLC that takes most of a short run to warm, a ramp): k = 0 measured
+    /// at the start is carried forward by it, so that a probe is compared with what k = 0
+    /// would have run at its time, not at the search's start.
+    #[serde(default)]
+    trend: Option<f64>,
     stage: Stage,
 }
 
@@ -148,6 +154,7 @@ impl AdaptiveSearch {
             tolerance: n.div_ceil(16).max(1),
             judged_by_group: false,
             drift_bound: None,
+            trend: None,
             stage: Stage::Baseline,
         }
     }
@@ -182,31 +189,25 @@ impl AdaptiveSearch {
 
     /// See [`super::Search::drift_before`].
     pub fn drift_before(&mut self, windows: &[(u64, f64)]) {
-        // A slope and its error need at least three windows.
-        if windows.len() < 3 {
-            return;
+        if let Some(line) = Line::fit(windows.iter().map(|&(t, y)| (t as f64, y))) {
+            self.drift_bound = Some(line.slope.abs() + 2.0 * line.slope_se);
         }
-        let n = windows.len() as f64;
-        let t_mean = windows.iter().map(|&(t, _)| t as f64).sum::<f64>() / n;
-        let y_mean = windows.iter().map(|&(_, y)| y).sum::<f64>() / n;
-        let stt: f64 = windows
-            .iter()
-            .map(|&(t, _)| (t as f64 - t_mean).powi(2))
-            .sum();
-        if stt == 0.0 {
-            return;
-        }
-        let sty: f64 = windows
-            .iter()
-            .map(|&(t, y)| (t as f64 - t_mean) * (y - y_mean))
-            .sum();
-        let slope = sty / stt;
-        let rss: f64 = windows
-            .iter()
-            .map(|&(t, y)| (y - y_mean - slope * (t as f64 - t_mean)).powi(2))
-            .sum();
-        let se = (rss / (n - 2.0) / stt).sqrt();
-        self.drift_bound = Some(slope.abs() + 2.0 * se);
+    }
+
+    /// See [`super::Search::trend_before`].
+    pub fn trend_before(&mut self, ipcs: &[f64]) {
+        let line = Line::fit(ipcs.iter().enumerate().map(|(t, &y)| (t as f64, y)));
+        self.trend = line
+            .filter(|l| l.slope.abs() > 2.0 * l.slope_se)
+            .map(|l| l.slope);
+    }
+
+    /// What k = 0 would have measured when `k` was measured, by the trend before the
+    /// search: k = 0's mean carried over the time between their windows. `None` without a
+    /// significant trend.
+    fn k0_at_time_of(&self, m: &Measurements, k: usize) -> Option<f64> {
+        let slope = self.trend?;
+        Some(m.mean(0)? + slope * (mean_time(m, k)? - mean_time(m, 0)?))
     }
 
     /// See [`super::Search::has_gain`].
@@ -353,7 +354,12 @@ impl AdaptiveSearch {
         let falling = i > 0
             && ipc < m.mean(0).expect("measured")
             && ipc < m.mean(self.coarse[i - 1]).expect("measured");
-        if past_peak || falling || i + 1 == self.coarse.len() {
+        // Below what k = 0 would run by now, beyond noise, while IPC was rising by itself:
+        // each larger probe would look better than the last for the trend alone.
+        let below_trend = self
+            .k0_at_time_of(m, k)
+            .is_some_and(|k0| ipc < k0 - self.margin(m, k, 0));
+        if past_peak || falling || below_trend || i + 1 == self.coarse.len() {
             // Nothing in the coarse pass beats k = 0 beyond noise: refining
             // would only spend windows at worse placements. Confirm instead.
             let base = m.mean(0).expect("measured");
@@ -443,21 +449,17 @@ impl AdaptiveSearch {
         }
         let base = m.mean(0).expect("measured");
         let margin = self.margin(m, best, 0);
+        // A gain the trend before the search could explain is verified in balanced blocks
+        // whatever the drift within the profile's windows.
+        let trend_explains = self.k0_at_time_of(m, best).is_some_and(|k0| best_ipc <= k0);
         if best_ipc - base > margin {
             // A drift as fast as the one seen before the search, over the time between the
             // k = 0 windows and `best`'s, could not explain the gain: keep it, after
             // measuring it once more (the winner of many noisy windows is flattered by
             // noise).
-            let mean_at = |k: usize| {
-                let at = m
-                    .in_order()
-                    .iter()
-                    .filter(|w| w.k == k)
-                    .map(|w| w.at as f64);
-                at.clone().sum::<f64>() / at.count() as f64
-            };
-            let apart = (mean_at(best) - mean_at(0)).abs();
-            if let Some(bound) = self.drift_bound {
+            let apart =
+                (mean_time(m, best).expect("measured") - mean_time(m, 0).expect("measured")).abs();
+            if let Some(bound) = self.drift_bound.filter(|_| !trend_explains) {
                 if best_ipc - base - margin > bound * apart {
                     if m.count(best) < 2 && self.max_repeats >= 2 {
                         return Flow::Ask(Next::Measure(best));
@@ -513,6 +515,52 @@ impl AdaptiveSearch {
         } else {
             another
         }
+    }
+}
+
+/// The mean window number of the windows measured at `k`.
+fn mean_time(m: &Measurements, k: usize) -> Option<f64> {
+    let at = m
+        .in_order()
+        .iter()
+        .filter(|w| w.k == k)
+        .map(|w| w.at as f64);
+    let count = at.clone().count();
+    (count > 0).then(|| at.sum::<f64>() / count as f64)
+}
+
+/// A least-squares line through points (t, y): its slope and the slope's standard error.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Line {
+    slope: f64,
+    slope_se: f64,
+}
+
+impl Line {
+    /// `None` with fewer than three points (a slope and its error need three) or one time.
+    fn fit(points: impl Iterator<Item = (f64, f64)> + Clone) -> Option<Line> {
+        let n = points.clone().count() as f64;
+        if n < 3.0 {
+            return None;
+        }
+        let t_mean = points.clone().map(|(t, _)| t).sum::<f64>() / n;
+        let y_mean = points.clone().map(|(_, y)| y).sum::<f64>() / n;
+        let stt: f64 = points.clone().map(|(t, _)| (t - t_mean).powi(2)).sum();
+        if stt == 0.0 {
+            return None;
+        }
+        let sty: f64 = points
+            .clone()
+            .map(|(t, y)| (t - t_mean) * (y - y_mean))
+            .sum();
+        let slope = sty / stt;
+        let rss: f64 = points
+            .map(|(t, y)| (y - y_mean - slope * (t - t_mean)).powi(2))
+            .sum();
+        Some(Line {
+            slope,
+            slope_se: (rss / (n - 2.0) / stt).sqrt(),
+        })
     }
 }
 

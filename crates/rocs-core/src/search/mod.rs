@@ -315,6 +315,15 @@ impl Search {
         }
     }
 
+    /// The target's IPC in consecutive unsampled windows before the profile: if it rose or
+    /// fell significantly, a probe is compared with k = 0 carried forward by that trend.
+    /// Adaptive search only.
+    pub fn trend_before(&mut self, ipcs: &[f64]) {
+        if let Some(a) = self.adaptive.as_mut() {
+            a.trend_before(ipcs);
+        }
+    }
+
     /// What to do next. Asking again without recording returns the same request.
     pub fn next_step(&mut self) -> Next {
         match (&mut self.linear, &mut self.adaptive) {
@@ -346,6 +355,7 @@ impl Search {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeSet;
 
     fn run(s: Search, f: impl Fn(usize) -> f64) -> (usize, usize) {
         run_in_time(s, |k, _| f(k))
@@ -382,6 +392,51 @@ mod tests {
         };
         let (k, _) = run_in_time(Search::new(&knobs, 1000, vec![600]), gain);
         assert_eq!(k, 600);
+    }
+
+    #[test]
+    fn probes_are_compared_with_k0_carried_forward_by_the_trend_before_the_search() {
+        // A large LLC still warming over most of a short run (spr-like's art-like at
+        // auto:0.2): IPC rises 2% a window whatever is confined, and every probe costs 10%,
+        // within the noise the trend itself puts between k = 0's two windows. Measured
+        // against k = 0 at the search's start, each larger probe looks better than the
+        // last and the coarse pass climbs the whole stack before the balanced blocks
+        // reject it; measured against k = 0 carried forward by the trend of the windows
+        // before the profile, the first probe is seen to lose.
+        let knobs = Knobs::default();
+        let warming = |t: usize| 0.5 * (1.0 + 0.02 * t as f64);
+        let before: Vec<f64> = (0..5).map(warming).collect();
+        let costly = |k: usize, t: usize| warming(t + 5) * if k > 0 { 0.90 } else { 1.0 };
+        let probes = |trend: bool| {
+            let mut s = Search::new(&knobs, 1000, vec![]);
+            if trend {
+                s.trend_before(&before);
+            }
+            let mut probed = BTreeSet::new();
+            for t in 0.. {
+                match s.next_step() {
+                    Next::Measure(k) => {
+                        assert!(t < 1000, "search does not end");
+                        if k > 0 {
+                            probed.insert(k);
+                        }
+                        s.record(k, costly(k, t));
+                    }
+                    Next::Done(k) => return (k, probed.len()),
+                }
+            }
+            unreachable!()
+        };
+        let (k, untrended) = probes(false);
+        assert_eq!(k, 0);
+        assert!(untrended >= 4, "{untrended} probes without the trend");
+        assert_eq!(probes(true), (0, 1));
+        // A real 30% gain for the top 600 pages on the same trend is still kept.
+        let gain =
+            |k: usize, t: usize| warming(t + 5) * if (500..=700).contains(&k) { 1.3 } else { 1.0 };
+        let mut s = Search::new(&knobs, 1000, vec![600]);
+        s.trend_before(&before);
+        assert_eq!(run_in_time(s, gain).0, 600);
     }
 
     #[test]
