@@ -482,10 +482,21 @@ impl AdaptiveSearch {
 
     /// The balanced blocks of [`Stage::Verify`]: after each, keep `k` if it beats k = 0
     /// beyond noise, give up if it does not beat it at all, or, while the repeat knob
-    /// allows, measure another block.
+    /// allows, measure another block. The first block gives up early, at its first look
+    /// back at k = 0, if k = 0 runs at least as fast as `k` did just before.
     fn verify(&self, m: &Measurements, k: usize, from: usize) -> Next {
         let log = &m.in_order()[from..];
         let another = Next::Measure(if verify_pattern(log.len()) { k } else { 0 });
+        // B A A: the rest of the block would move `k`'s pages twice more to tell a gain
+        // from a drift (spr-like's cg-like at auto:0.2, its LLC still warming: each move
+        // of 1,716 pages cost 40% of a window). A falling drift favours B; a rising one
+        // hides from A only a gain it outgrows in the two or three windows between them,
+        // too small to tell from it anyway.
+        if let [b, a1, a2] = log {
+            if b.k == k && a1.k == 0 && a2.k == 0 && (a1.ipc + a2.ipc) / 2.0 >= b.ipc {
+                return Next::Done(0);
+            }
+        }
         if log.is_empty() || !log.len().is_multiple_of(4) {
             return another;
         }

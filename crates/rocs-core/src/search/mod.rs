@@ -395,6 +395,37 @@ mod tests {
     }
 
     #[test]
+    fn a_gain_gone_at_the_first_look_back_at_k0_ends_the_verification_there() {
+        // The warm-up above: the verification opens at the best point, and k = 0, measured
+        // next, already runs faster. The search ends there, at k = 0, instead of moving the
+        // pages twice more to finish the block.
+        let knobs = Knobs::default();
+        let warming = |t: usize| 0.5 * (1.0 + 0.05 * t as f64);
+        let mut s = Search::new(&knobs, 1000, vec![]);
+        let mut log = Vec::new();
+        let k = loop {
+            match s.next_step() {
+                Next::Measure(k) => {
+                    assert!(log.len() < 1000, "search does not end");
+                    s.record(k, warming(log.len()));
+                    log.push(k);
+                }
+                Next::Done(k) => break k,
+            }
+        };
+        assert_eq!(k, 0);
+        assert!(
+            matches!(log[..], [.., b, 0, 0] if b > 0),
+            "the last windows: {log:?}"
+        );
+        // A real 30% gain on a rising drift as fast is still kept.
+        let gain =
+            |k: usize, t: usize| warming(t) * if (500..=700).contains(&k) { 1.3 } else { 1.0 };
+        let (k, _) = run_in_time(Search::new(&knobs, 1000, vec![600]), gain);
+        assert_eq!(k, 600);
+    }
+
+    #[test]
     fn probes_are_compared_with_k0_carried_forward_by_the_trend_before_the_search() {
         // A large LLC still warming over most of a short run (spr-like's art-like at
         // auto:0.2): IPC rises 2% a window whatever is confined, and every probe costs 10%,
