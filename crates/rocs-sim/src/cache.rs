@@ -413,10 +413,22 @@ impl Cache {
         }
     }
 
+    /// The ways of the set whose first slot is `base`, an index `set_base` gave.
+    #[inline(always)]
+    fn lru_set(&mut self, base: usize) -> &mut [u64] {
+        debug_assert!(base.is_multiple_of(self.ways) && base + self.ways <= self.tags.len());
+        // SAFETY: `base` is `set_of(line) * ways`, and `set_of` is below the number of
+        // sets: the set within the slice is masked by `set_mask`, and the slice, from a
+        // multiply-shift by `slices`, is below `slices`; `tags` holds `ways` slots for
+        // each of them. Unchecked because every generated access looks up its L1 set here,
+        // and the range checks cost several instructions each time.
+        unsafe { self.tags.get_unchecked_mut(base..base + self.ways) }
+    }
+
     /// (hit, the line that fell off the LRU end or INVALID).
     #[inline(always)]
     fn access_lru(&mut self, base: usize, line: u64) -> (bool, u64) {
-        let set = &mut self.tags[base..base + self.ways];
+        let set = self.lru_set(base);
         let mut prev = set[0];
         if prev == line {
             return (true, INVALID);

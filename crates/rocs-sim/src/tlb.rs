@@ -93,7 +93,12 @@ impl Tlb {
     #[inline]
     pub fn lookup(&mut self, vpn: u64) -> bool {
         let base = (vpn & self.set_mask) as usize * self.ways;
-        let set = &mut self.tags[base..base + self.ways];
+        debug_assert!(base + self.ways <= self.tags.len());
+        // SAFETY: the set index is masked by `set_mask`, one less than the number of sets
+        // (`entries / ways`), and `tags` holds `ways` entries for each set. Unchecked
+        // because every generated access looks up its page here, and the range checks
+        // cost several instructions each time.
+        let set = unsafe { self.tags.get_unchecked_mut(base..base + self.ways) };
         let mut prev = set[0];
         if prev == vpn {
             return true;
