@@ -41,6 +41,11 @@ pub struct Prefetcher {
     /// How many tracked pages have each value of `key(page) % FILTER`: a page whose count
     /// is 0 is tracked by no stream, which spares most new pages the search.
     filter: Box<[u16; FILTER]>,
+    /// For each filter slot, the stream that last took or was found tracking a page of
+    /// that slot: checked first, so that a tracked page is mostly found without a search.
+    /// Only a hint (a stream may have moved to another page since): a match is checked
+    /// against the page itself.
+    hint: Box<[u16; FILTER]>,
     /// The streams in order of use, a doubly linked list: `older[i]` was used just before
     /// stream i, `newer[i]` just after. Streams never used yet are the oldest, in index
     /// order, so the least recently used (the one a new page replaces) is the first of
@@ -73,6 +78,7 @@ impl Prefetcher {
             pages: vec![NO_PAGE; n],
             keys: vec![key(NO_PAGE); n.next_multiple_of(CHUNK)],
             filter: Box::new([0; FILTER]),
+            hint: Box::new([0; FILTER]),
             // The ends point at themselves; nothing reads them.
             older: (0..n as u32).map(|i| i.saturating_sub(1)).collect(),
             newer: (0..n as u32).map(|i| (i + 1).min(n as u32 - 1)).collect(),
@@ -107,11 +113,26 @@ impl Prefetcher {
     /// chunk at a time into a bit mask, without a branch per key (the compiler turns that
     /// into vector compares), and the pages of the keys that match are checked.
     #[inline]
-    fn find(&self, page: u64) -> Option<usize> {
+    fn find(&mut self, page: u64) -> Option<usize> {
         let k = key(page);
-        if self.filter[k as usize % FILTER] == 0 {
+        let slot = k as usize % FILTER;
+        if self.filter[slot] == 0 {
             return None;
         }
+        let hinted = self.hint[slot] as usize;
+        if self.pages.get(hinted) == Some(&page) {
+            return Some(hinted);
+        }
+        let found = self.search(page, k);
+        if let Some(i) = found {
+            self.hint[slot] = i as u16;
+        }
+        found
+    }
+
+    /// [`Prefetcher::find`]'s search of every stream's key `k` for `page`.
+    #[inline]
+    fn search(&self, page: u64, k: u32) -> Option<usize> {
         for (c, chunk) in self.keys.chunks_exact(CHUNK).enumerate() {
             let mut mask = 0u32;
             for (j, &v) in chunk.iter().enumerate() {
@@ -161,6 +182,7 @@ impl Prefetcher {
                 self.filter[key(old) as usize % FILTER] -= 1;
             }
             self.filter[key(page) as usize % FILTER] += 1;
+            self.hint[key(page) as usize % FILTER] = i as u16;
             self.keys[i] = key(page);
             self.touch(i);
             return none;
