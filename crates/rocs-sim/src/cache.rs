@@ -313,7 +313,19 @@ impl Cache {
     #[inline(always)]
     pub fn access_line(&mut self, line: u64) -> bool {
         match self.policy {
-            Policy::Lru => self.access_lru(self.set_base(line), line).0,
+            Policy::Lru => self.access_lru::<true>(self.set_base(line), line).0,
+            _ => self.access_line_rrip(line),
+        }
+    }
+
+    /// [`Cache::access_line`] for the generator's loop, which looks up an L1 line for
+    /// every access: the LRU set is sliced without range checks (see `lru_set`). The trace
+    /// replay keeps the checked slice: its decoding loop, into which this is inlined, ran
+    /// 4% slower without them (docs/simulator-speed.md).
+    #[inline(always)]
+    pub fn access_line_generated(&mut self, line: u64) -> bool {
+        match self.policy {
+            Policy::Lru => self.access_lru::<false>(self.set_base(line), line).0,
             _ => self.access_line_rrip(line),
         }
     }
@@ -369,7 +381,7 @@ impl Cache {
         let (hit, evicted) = match self.policy {
             Policy::Lru => {
                 debug_assert!(way_mask & self.all_ways() == self.all_ways());
-                self.access_lru(self.set_base(line), line)
+                self.access_lru::<true>(self.set_base(line), line)
             }
             _ => self.access_rrip::<VOTE>(self.set_of(line), line, way_mask),
         };
@@ -413,7 +425,8 @@ impl Cache {
         }
     }
 
-    /// The ways of the set whose first slot is `base`, an index `set_base` gave.
+    /// The ways of the set whose first slot is `base`, an index `set_base` gave, sliced
+    /// without range checks.
     #[inline(always)]
     fn lru_set(&mut self, base: usize) -> &mut [u64] {
         debug_assert!(base.is_multiple_of(self.ways) && base + self.ways <= self.tags.len());
@@ -425,10 +438,15 @@ impl Cache {
         unsafe { self.tags.get_unchecked_mut(base..base + self.ways) }
     }
 
-    /// (hit, the line that fell off the LRU end or INVALID).
+    /// (hit, the line that fell off the LRU end or INVALID); `CHECKED`: the set is sliced
+    /// with range checks.
     #[inline(always)]
-    fn access_lru(&mut self, base: usize, line: u64) -> (bool, u64) {
-        let set = self.lru_set(base);
+    fn access_lru<const CHECKED: bool>(&mut self, base: usize, line: u64) -> (bool, u64) {
+        let set = if CHECKED {
+            &mut self.tags[base..base + self.ways]
+        } else {
+            self.lru_set(base)
+        };
         let mut prev = set[0];
         if prev == line {
             return (true, INVALID);

@@ -106,7 +106,10 @@ pub(super) fn line_ref(
     paddr: u64,
 ) -> Served {
     c.l1d_accesses += 1;
-    if core.l1d.access_line(vaddr >> core.l1d.line_shift()) {
+    if core
+        .l1d
+        .access_line_generated(vaddr >> core.l1d.line_shift())
+    {
         return Served::L1;
     }
     c.l1d_misses += 1;
@@ -310,7 +313,10 @@ pub(super) fn modern_line_ref(
 ) -> (Served, u64) {
     let walk_fp = translate(core, llc, c, t, vaddr, page_shift);
     c.l1d_accesses += 1;
-    if core.l1d.access_line(vaddr >> core.l1d.line_shift()) {
+    if core
+        .l1d
+        .access_line_generated(vaddr >> core.l1d.line_shift())
+    {
         return (Served::L1, walk_fp);
     }
     (demand_miss(core, llc, c, paddr), walk_fp)
