@@ -24,8 +24,15 @@ fn rocsd_path() -> PathBuf {
     let exe = dir.join("rocsd");
     if !exe.exists() {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        // In the profile these tests were built in, whose directory `exe` is in.
+        let profile: &[&str] = if cfg!(debug_assertions) {
+            &[]
+        } else {
+            &["--release"]
+        };
         let status = Command::new(cargo)
             .args(["build", "-p", "rocsd"])
+            .args(profile)
             .status()
             .expect("cargo runs");
         assert!(status.success(), "building rocsd failed");
