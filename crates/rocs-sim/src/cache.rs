@@ -425,6 +425,13 @@ impl Cache {
         }
     }
 
+    /// Whether `line` is the most recently used of its set in an LRU cache: an access to it
+    /// would hit and change nothing. False for other policies.
+    #[inline(always)]
+    pub fn is_lru_mru(&self, line: u64) -> bool {
+        self.tags.get(self.set_base(line)) == Some(&line) && self.policy == Policy::Lru
+    }
+
     /// The ways of the set whose first slot is `base`, an index `set_base` gave, sliced
     /// without range checks.
     #[inline(always)]

@@ -337,7 +337,13 @@ impl EventSink for Replayer<'_, '_> {
         if ev.kind == TraceKind::Instr {
             self.instrs += 1;
             self.clock += self.base_per_instr;
-            if self.recent.instr.repeats(ev.addr, size) {
+            if self.recent.instr.repeats(ev.addr, size)
+                || (self.recent.mru_hits
+                    && self
+                        .recent
+                        .instr
+                        .mru_hit(self.st.core.l1i.as_ref(), ev.addr, size))
+            {
                 // The line is the most recent of its L1I set: a hit that changes nothing.
                 self.instr_repeats += 1;
                 self.clock += self.l1;
@@ -345,7 +351,13 @@ impl EventSink for Replayer<'_, '_> {
             }
         } else {
             self.data += 1;
-            if self.recent.data.repeats(ev.addr, size) {
+            if self.recent.data.repeats(ev.addr, size)
+                || (self.recent.mru_hits
+                    && self
+                        .recent
+                        .data
+                        .mru_hit(Some(&self.st.core.l1d), ev.addr, size))
+            {
                 // The most recent line of its L1D set (and its page the most recent of
                 // its TLB set): a hit that changes nothing.
                 self.data_repeats += 1;
@@ -452,6 +464,11 @@ struct RecentLines {
     /// Both streams' lines are the 64 bytes a binary trace's runs count repeats of, and
     /// sizes are clamped to them: the runs' repeats are this machine's.
     runs: bool,
+    /// Both L1s are LRU and nothing but the stream's own accesses touches them (the
+    /// cachegrind path: no TLB, whose state a data access changes): an access to the most
+    /// recent line of its L1 set, whichever line its stream touched last, is a hit that
+    /// changes nothing too, and skips the hierarchy.
+    mru_hits: bool,
 }
 
 struct RecentLine {
@@ -481,6 +498,19 @@ impl RecentLine {
         first == self.last && addr.saturating_add(size - 1) >> self.shift == first
     }
 
+    /// True if `size` bytes at `addr` lie in one line and it is the most recent of its set
+    /// in `l1` (LRU): a hit that changes nothing, which makes it the line touched last.
+    #[inline(always)]
+    fn mru_hit(&mut self, l1: Option<&Cache>, addr: u64, size: u64) -> bool {
+        let first = addr >> self.shift;
+        let hit = addr.saturating_add(size - 1) >> self.shift == first
+            && l1.is_some_and(|c| c.is_lru_mru(first));
+        if hit {
+            self.last = first;
+        }
+        hit
+    }
+
     /// An access of `size` bytes at `addr` went through the L1: its last line is now the
     /// most recent of its set.
     #[inline(always)]
@@ -499,6 +529,7 @@ impl RecentLines {
         let run_line = |l: &RecentLine| l.on && l.shift == RUN_LINE_SHIFT;
         RecentLines {
             runs: run_line(&instr) && run_line(&data) && max_size == 1 << RUN_LINE_SHIFT,
+            mru_hits: instr.on && data.on && !core.modern.any(),
             instr,
             data,
         }
