@@ -70,7 +70,7 @@ impl EventSink for Sum {
 fn bench(c: &mut Criterion<ThreadCpuTime>) {
     let events = events();
     let text = lackey_text(&events);
-    let binary = [1, 2, 3].map(|version| {
+    let binary = [1, 2, 3, 4].map(|version| {
         let mut w = BinaryWriter::with_version(Vec::new(), version).unwrap();
         for e in &events {
             w.write(e).unwrap();

@@ -13,7 +13,7 @@
 #[allow(dead_code)]
 mod common;
 
-use rocs_sim::trace::binary::RUN_LINE_SHIFT;
+use rocs_sim::trace::binary::{RunLines, RUN_LINE_SHIFT};
 use rocs_sim::trace::{BinaryReader, EventSink, TraceEvent, TraceKind};
 use rocs_sim::SimError;
 
@@ -98,6 +98,20 @@ impl<const REPEATS: bool> EventSink for Sink<REPEATS> {
         if take {
             self.events += fetches + data;
             self.repeats += fetches + data;
+        }
+        take
+    }
+
+    #[inline(always)]
+    fn run_of_lines(&mut self, fetches: u64, data: u64, lines: &RunLines) -> bool {
+        // The replay's condition, less the clock's and the caches': the runs' lines (each
+        // run's lines looked at, as the replay looks them up).
+        let (fetch_lines, fetch_slots) = lines.lines(0);
+        let (data_lines, data_slots) = lines.lines(1);
+        self.fold ^= (fetch_lines[0] ^ data_lines[0]) + u64::from(fetch_slots | data_slots);
+        let take = self.lines.shift == RUN_LINE_SHIFT;
+        if take {
+            self.events += fetches + data;
         }
         take
     }

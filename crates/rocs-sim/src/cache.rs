@@ -432,6 +432,21 @@ impl Cache {
         self.tags.get(self.set_base(line)) == Some(&line) && self.policy == Policy::Lru
     }
 
+    /// Bit i set where `lines[i]` is the most recently used line of its set in an LRU
+    /// cache (none for other policies): without a branch per line.
+    #[inline(always)]
+    pub fn lru_mru_mask<const N: usize>(&self, lines: &[u64; N]) -> u32 {
+        if self.policy != Policy::Lru {
+            return 0;
+        }
+        let mut mask = 0;
+        for (i, &line) in lines.iter().enumerate() {
+            let mru = self.tags[self.set_base(line)] == line && line != INVALID;
+            mask |= (mru as u32) << i;
+        }
+        mask
+    }
+
     /// The ways of the set whose first slot is `base`, an index `set_base` gave, sliced
     /// without range checks.
     #[inline(always)]

@@ -13,7 +13,7 @@ use crate::cache::{Cache, Policy};
 use crate::error::SimError;
 use crate::frames::FrameAllocator;
 use crate::spec::MachineSpec;
-use crate::trace::binary::RUN_LINE_SHIFT;
+use crate::trace::binary::{RunLines, NO_LINE, RING_LINES, RUN_LINE_SHIFT};
 pub use crate::trace::TraceFormat;
 use crate::trace::{EventSink, TraceEvent, TraceKind, TraceReader};
 
@@ -284,6 +284,17 @@ struct Replayer<'a, 'e> {
 }
 
 impl Replayer<'_, '_> {
+    /// Count a run of `fetches` and `data` L1 hits that change nothing, costing `cost`.
+    #[inline(always)]
+    fn take_run(&mut self, fetches: u64, data: u64, cost: u64) {
+        self.left -= fetches + data;
+        self.clock += cost;
+        self.instrs += fetches;
+        self.instr_repeats += fetches;
+        self.data += data;
+        self.data_repeats += data;
+    }
+
     /// Write the clock and the counts back to the process; returns the events replayed.
     fn finish(self) -> u64 {
         let st = self.st;
@@ -320,12 +331,30 @@ impl EventSink for Replayer<'_, '_> {
             && self.clock + cost < self.limit_fp
             && self.left >= n;
         if take {
-            self.left -= n;
-            self.clock += cost;
-            self.instrs += fetches;
-            self.instr_repeats += fetches;
-            self.data += data;
-            self.data_repeats += data;
+            self.take_run(fetches, data, cost);
+        }
+        take
+    }
+
+    /// A run of accesses to a few lines of each stream (binary version 4): taken as a whole
+    /// if those are this machine's lines, the MRU hits skip the hierarchy here (LRU L1s,
+    /// the cachegrind path), each of those lines is the most recent of its L1 set (so
+    /// that each access is a hit that changes nothing: two lines most recent of their sets
+    /// are in different sets) and every event of it is wanted.
+    #[inline(always)]
+    fn run_of_lines(&mut self, fetches: u64, data: u64, lines: &RunLines) -> bool {
+        let n = fetches + data;
+        let cost = fetches * self.base_per_instr + n * self.l1;
+        let core = &self.st.core;
+        let ring_mru = &mut self.recent.ring_mru;
+        let take = self.recent.runs
+            && self.recent.mru_hits
+            && self.clock + cost < self.limit_fp
+            && self.left >= n
+            && ring_lines_mru(core.l1i.as_ref(), lines, 0, &mut ring_mru[0])
+            && ring_lines_mru(Some(&core.l1d), lines, 1, &mut ring_mru[1]);
+        if take {
+            self.take_run(fetches, data, cost);
         }
         take
     }
@@ -368,6 +397,9 @@ impl EventSink for Replayer<'_, '_> {
         // The PMU reads and advances the clock.
         self.st.clock_fp = self.clock;
         let latency = reference(self.map, self.st, self.env, &ev, size)?;
+        let stream = (ev.kind != TraceKind::Instr) as usize;
+        // The L1's sets may have changed: the ring's lines must be looked up again.
+        self.recent.ring_mru[stream] = false;
         if ev.kind == TraceKind::Instr {
             self.recent.instr.touched(ev.addr, size);
         } else {
@@ -376,6 +408,40 @@ impl EventSink for Replayer<'_, '_> {
         self.clock = self.st.clock_fp + latency;
         Ok(())
     }
+}
+
+/// Whether the lines of `stream` that a version 4 run's references lie in are each the most
+/// recent of their set in `l1`. `known`: every line of the stream's ring is (or is none
+/// yet), which stays so until an access of the stream goes through the hierarchy (lines
+/// enter the ring only by accesses that leave them the most recent of their sets: repeats,
+/// MRU hits and ones through the hierarchy). Looking the ring's lines up is most of a
+/// run's cost, and most runs follow others with no access through the hierarchy between.
+#[inline(always)]
+fn ring_lines_mru(l1: Option<&Cache>, lines: &RunLines, stream: usize, known: &mut bool) -> bool {
+    *known || look_up_ring_lines(l1, lines, stream, known)
+}
+
+/// [`ring_lines_mru`] when not known: out of line, so that the replay's loop stays small.
+#[inline(never)]
+fn look_up_ring_lines(
+    l1: Option<&Cache>,
+    lines: &RunLines,
+    stream: usize,
+    known: &mut bool,
+) -> bool {
+    let (ring, used) = lines.lines(stream);
+    if used == 0 {
+        return true;
+    }
+    let Some(l1) = l1 else {
+        return false;
+    };
+    let mut mru = l1.lru_mru_mask(ring);
+    for (i, &line) in ring.iter().enumerate() {
+        mru |= ((line == NO_LINE) as u32) << i;
+    }
+    *known = mru == (1 << RING_LINES) - 1;
+    used & !mru == 0
 }
 
 /// One event through the hierarchy (its fetch's base cost already counted); returns
@@ -469,6 +535,9 @@ struct RecentLines {
     /// recent line of its L1 set, whichever line its stream touched last, is a hit that
     /// changes nothing too, and skips the hierarchy.
     mru_hits: bool,
+    /// Per stream: every line of the binary trace's ring (version 4) is known to be the
+    /// most recent of its L1 set (see [`ring_lines_mru`]).
+    ring_mru: [bool; 2],
 }
 
 struct RecentLine {
@@ -530,6 +599,7 @@ impl RecentLines {
         RecentLines {
             runs: run_line(&instr) && run_line(&data) && max_size == 1 << RUN_LINE_SHIFT,
             mru_hits: instr.on && data.on && !core.modern.any(),
+            ring_mru: [false; 2],
             instr,
             data,
         }

@@ -10,7 +10,7 @@ use rocs_core::{Placement, Remapper};
 /// straight-line code, loads and stores on a stack, a structure walked field by field,
 /// a heap walked with strides, accesses straddling lines and pages, and a stream larger
 /// than every LLC so that its lines go all the way down.
-fn trace_files(dir: &std::path::Path) -> [PathBuf; 3] {
+fn trace_files(dir: &std::path::Path) -> [PathBuf; 4] {
     let mut events = Vec::new();
     let mut x = 0x2545_f491_4f6c_dd1du64;
     let (mut pc, mut fetch_size) = (0x40_0000u64, 4);
@@ -45,7 +45,7 @@ fn trace_files(dir: &std::path::Path) -> [PathBuf; 3] {
             ]),
         }
     }
-    [1, 2, 3].map(|version| {
+    [1, 2, 3, 4].map(|version| {
         let mut w = BinaryWriter::with_version(Vec::new(), version).unwrap();
         for e in &events {
             w.write(e).unwrap();
@@ -69,15 +69,15 @@ fn short_lines() -> MachineSpec {
     MachineSpec::from_toml("short-lines.toml", &text).unwrap()
 }
 
-/// Replays of versions 1, 2 and 3 of a trace count the same, with the repeated-line skip
-/// (and version 3's runs of repeats taken whole) and without, on every built-in machine
-/// and one of 32-byte lines (where the runs, of 64-byte lines, are replayed one by one),
-/// with pages migrating between windows.
+/// Replays of versions 1 to 4 of a trace count the same, with the repeated-line skip (and
+/// version 3's runs of repeats and version 4's runs of ring lines taken whole) and without,
+/// on every built-in machine and one of 32-byte lines (where the runs, of 64-byte lines,
+/// are replayed one by one), with pages migrating between windows.
 #[test]
 fn both_versions_and_the_repeat_skip_count_what_the_full_path_counts() {
     let dir = std::env::temp_dir().join(format!("rocs-replay-test-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let [v1, v2, v3] = trace_files(&dir);
+    let [v1, v2, v3, v4] = trace_files(&dir);
     // Most fetches are straight-line code: one byte each in version 2.
     let bytes = [&v1, &v2].map(|p| std::fs::metadata(p).unwrap().len());
     assert!(bytes[1] < bytes[0] * 7 / 8, "{bytes:?}");
@@ -119,6 +119,8 @@ fn both_versions_and_the_repeat_skip_count_what_the_full_path_counts() {
             (&v2, true),
             (&v3, false),
             (&v3, true),
+            (&v4, false),
+            (&v4, true),
         ];
         for (path, skip) in cases {
             assert_eq!(

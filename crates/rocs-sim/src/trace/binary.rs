@@ -1,12 +1,12 @@
 //! rocs's compact binary trace format: the same events as a lackey trace in about a sixth of
-//! the bytes, read many times faster than text. Version 3 is written; versions 1 to 3 are
+//! the bytes, read many times faster than text. Version 4 is written; versions 1 to 4 are
 //! read.
 //!
 //! ```text
 //! header, 16 bytes
 //!   0..8    magic: 89 52 4f 43 53 54 52 0a  ("\x89ROCSTR\n"; the first byte is not text,
 //!           so a reader tells it from a lackey trace by one byte)
-//!   8..12   version, u32 little-endian: 1, 2 or 3
+//!   8..12   version, u32 little-endian: 1 to 4
 //!   12..16  flags, u32 little-endian: 0 (none defined; a reader refuses flags it does not know)
 //! one record per event; instruction fetches and data accesses are two streams, each with
 //! the address and the end (address + size) of its last event, both 0 at the start
@@ -27,9 +27,18 @@
 //!           records of those fetches + data (at least 1) events, `length` bytes, each of
 //!           which lies in the 64-byte line its stream's last event ended in (sizes
 //!           clamped to 64); after them the streams are as they were before the run record
+//! version 4: the records of version 2, and
+//!   run     as version 3's, with a slot byte after the two counts: tag 0x01, fetches,
+//!           data accesses, slots, length (varint), records. Each stream has a ring of the
+//!           64-byte lines its last 4 plain records outside runs ended in (sizes clamped to
+//!           64; slot 0 the newest, none at the start); each record of the run lies in one
+//!           line that is in its stream's ring, and bit `slot + 4 * stream` of the slot
+//!           byte is set for each slot they lie in (0 instruction fetches, 1 data). A writer
+//!           puts every reference that lies in a ring line in a run (at most 255 of each
+//!           stream in one)
 //! end record
 //!   tag 0x00, then the number of events as a varint (runs' included); nothing may follow
-//! tags 0x01..=0x03 are reserved (in version 3, 0x02 and 0x03), in versions 2 and 3
+//! tags 0x01..=0x03 are reserved (in versions 3 and 4, 0x02 and 0x03), in versions 2 to 4
 //! 0x80..=0x83 too
 //! ```
 //!
@@ -41,7 +50,10 @@
 //! accesses (a structure walked field by field), decoded without a varint. Version 3's run
 //! record lets a replay whose L1s have 64-byte lines count repeats of the lines its streams
 //! touched last (most of a program's references, hits that change nothing) in bulk and skip
-//! their records; any other reader decodes them one by one (docs/traces.md).
+//! their records; any other reader decodes them one by one (docs/traces.md). Version 4's
+//! runs stand for references to any of a stream's last few lines, which a replay on LRU
+//! L1s of 64-byte lines counts in bulk when each of those lines is the most recent of its
+//! set.
 
 use std::io::{Read, Write};
 
@@ -50,7 +62,7 @@ use crate::error::SimError;
 
 pub const MAGIC: [u8; 8] = *b"\x89ROCSTR\n";
 /// The version written.
-pub const VERSION: u32 = 3;
+pub const VERSION: u32 = 4;
 const HEADER_LEN: usize = 16;
 const END_TAG: u8 = 0;
 /// Version 1: size code saying that the size follows as a varint.
@@ -69,6 +81,8 @@ pub const RUN_LINE_SHIFT: u32 = 6;
 const MIN_RUN: u32 = 2;
 /// Version 3: at most this many of each stream's references in one run (a byte each).
 const MAX_RUN: u32 = 255;
+/// Version 4: a run holds references to any of each stream's last this many lines.
+pub const RING_LINES: usize = 4;
 /// No run being decoded record by record.
 const NO_RUN: u64 = u64::MAX;
 /// Longest record: a tag and two 10-byte varints.
@@ -156,14 +170,24 @@ fn get_varint(buf: &[u8], i: &mut usize) -> Option<u64> {
     }
 }
 
-/// The run record at `i` in `buf`: its fetches, its data accesses, where its records start
-/// and where they end (which may be past `buf`); `None` if `buf` ends inside its header,
-/// its length's varint is over 10 bytes or it counts no events.
+/// The run record at `i` in `buf` (of version 4 if `V4`): its fetches, its data accesses,
+/// its slot byte (version 4, else 0), where its records start and where they end (which may
+/// be past `buf`); `None` if `buf` ends inside its header, its length's varint is over 10
+/// bytes, it counts no events or (version 4) its slots are not those of its streams.
 #[inline(always)]
-fn run_header(buf: &[u8], i: usize) -> Option<(u64, u64, usize, usize)> {
+fn run_header<const V4: bool>(buf: &[u8], i: usize) -> Option<(u64, u64, u8, usize, usize)> {
     let fetches = *buf.get(i + 1)? as u64;
     let data = *buf.get(i + 2)? as u64;
     let mut body = i + 3;
+    let mut slots = 0;
+    if V4 {
+        slots = *buf.get(body)?;
+        body += 1;
+        let mask = (1 << RING_LINES) - 1;
+        if (fetches == 0) != (slots & mask == 0) || (data == 0) != (slots >> RING_LINES == 0) {
+            return None;
+        }
+    }
     let len = get_varint(buf, &mut body)?;
     if fetches + data == 0 {
         return None;
@@ -171,6 +195,7 @@ fn run_header(buf: &[u8], i: usize) -> Option<(u64, u64, usize, usize)> {
     Some((
         fetches,
         data,
+        slots,
         body,
         body.checked_add(usize::try_from(len).ok()?)?,
     ))
@@ -202,6 +227,74 @@ impl Streams {
     }
 }
 
+/// The line (64 bytes, [`RUN_LINE_SHIFT`]) an access of `size` bytes at `addr` ends in,
+/// its size clamped to the line, as a replay on such lines tells it.
+#[inline(always)]
+fn last_line(addr: u64, size: u64) -> u64 {
+    addr.saturating_add(size.min(1 << RUN_LINE_SHIFT) - 1) >> RUN_LINE_SHIFT
+}
+
+/// Version 4: the lines the last [`RING_LINES`] plain records (those outside run records)
+/// of each stream ended in, kept alike by the writer and the reader. Slot 0 is the newest.
+#[derive(Clone, Copy)]
+pub struct LineRing {
+    lines: [[u64; RING_LINES]; 2],
+    /// Where each stream's newest line is in `lines`.
+    newest: [usize; 2],
+}
+
+impl LineRing {
+    fn new() -> Self {
+        LineRing {
+            lines: [[NO_LINE; RING_LINES]; 2],
+            newest: [0; 2],
+        }
+    }
+
+    /// `line` becomes `stream`'s newest (slot 0), each other one slot older, the oldest
+    /// dropped. Newer lines are at lower positions (modulo the ring), so that slots map to
+    /// positions by a rotation.
+    #[inline(always)]
+    fn push(&mut self, stream: usize, line: u64) {
+        let at = (self.newest[stream] + RING_LINES - 1) % RING_LINES;
+        self.newest[stream] = at;
+        self.lines[stream][at] = line;
+    }
+
+    /// The line in `stream`'s slot `slot` (0 newest; `NO_LINE` if none yet).
+    #[inline(always)]
+    fn line(&self, stream: usize, slot: usize) -> u64 {
+        self.lines[stream][(self.newest[stream] + slot) % RING_LINES]
+    }
+
+    /// The newest slot of `stream` that holds `line`.
+    fn slot(&self, stream: usize, line: u64) -> Option<usize> {
+        (0..RING_LINES).find(|&slot| self.line(stream, slot) == line)
+    }
+}
+
+/// Version 4: the lines a run's references lie in, for [`EventSink::run_of_lines`].
+pub struct RunLines<'a> {
+    ring: &'a LineRing,
+    /// Bit `slot + RING_LINES * stream`: some reference of `stream` lies in that slot's line.
+    slots: u8,
+}
+
+impl RunLines<'_> {
+    /// The last [`RING_LINES`] lines of `stream` (0 instruction fetches, 1 data accesses) in
+    /// some order (`NO_LINE` for none), and the mask of those (bit i: `lines[i]`) that the
+    /// run's references of `stream` lie in: a sink can test all of them without a branch.
+    #[inline(always)]
+    pub fn lines(&self, stream: usize) -> (&[u64; RING_LINES], u32) {
+        let slots = u32::from(self.slots >> (RING_LINES * stream)) & ((1 << RING_LINES) - 1);
+        // Slot i is at position (newest + i) mod RING_LINES: rotate the slots' mask left.
+        let newest = self.ring.newest[stream] as u32;
+        let at =
+            (slots << newest | slots >> (RING_LINES as u32 - newest)) & ((1 << RING_LINES) - 1);
+        (&self.ring.lines[stream], at)
+    }
+}
+
 /// What [`BinaryReader::feed`] hands events to.
 pub trait EventSink {
     /// Whether it takes another event.
@@ -216,6 +309,15 @@ pub trait EventSink {
     #[inline(always)]
     fn run(&mut self, fetches: u64, data: u64) -> bool {
         let _ = (fetches, data);
+        false
+    }
+
+    /// Version 4: the next `fetches` instruction fetches and `data` data accesses (in some
+    /// order) each lie in one of the 64-byte lines `lines` gives for its stream, its size
+    /// clamped to the line. True if the sink takes them as a whole, as [`EventSink::run`].
+    #[inline(always)]
+    fn run_of_lines(&mut self, fetches: u64, data: u64, lines: &RunLines) -> bool {
+        let _ = (fetches, data, lines);
         false
     }
 }
@@ -250,13 +352,17 @@ pub struct BinaryWriter<W: Write> {
     lines: [u64; 2],
     /// the records of the run of repeats being gathered, encoded from `run_start`,
     run: Vec<u8>,
-    /// and how many fetches and data accesses it holds.
+    /// and how many fetches and data accesses it holds,
     run_counts: [u32; 2],
     run_start: Streams,
+    /// version 4: which of the ring's lines its references lie in (a run record's slot
+    /// byte), and the lines of each stream's last plain records.
+    run_slots: u8,
+    ring: LineRing,
 }
 
 /// No line yet (a line number is an address shifted right by 6 bits).
-const NO_LINE: u64 = u64::MAX;
+pub const NO_LINE: u64 = u64::MAX;
 
 impl<W: Write> BinaryWriter<W> {
     /// A writer of the current version.
@@ -264,7 +370,7 @@ impl<W: Write> BinaryWriter<W> {
         Self::with_version(out, VERSION).expect("the current version")
     }
 
-    /// A writer of `version` (1 to 3: old traces are made to test that they still replay).
+    /// A writer of `version` (1 to 4: old traces are made to test that they still replay).
     pub fn with_version(out: W, version: u32) -> std::io::Result<Self> {
         if !(1..=VERSION).contains(&version) {
             return Err(std::io::Error::new(
@@ -286,6 +392,8 @@ impl<W: Write> BinaryWriter<W> {
             run: Vec::new(),
             run_counts: [0; 2],
             run_start: Streams::default(),
+            run_slots: 0,
+            ring: LineRing::new(),
         })
     }
 
@@ -302,6 +410,34 @@ impl<W: Write> BinaryWriter<W> {
             ));
         }
         let kind = kind_code(ev.kind);
+        if self.version >= 4 {
+            let s = stream(kind);
+            let first = ev.addr >> RUN_LINE_SHIFT;
+            let last = last_line(ev.addr, ev.size);
+            let slot = if first == last {
+                self.ring.slot(s, first)
+            } else {
+                None
+            };
+            let Some(slot) = slot else {
+                self.end_run()?;
+                self.ring.push(s, last);
+                put_record(&mut self.buf, self.version, &mut self.streams, kind, ev);
+                self.events += 1;
+                return self.flush_some();
+            };
+            if self.run_counts[s] == MAX_RUN {
+                self.end_run()?;
+            }
+            if self.run_counts == [0; 2] {
+                self.run_start = self.streams;
+            }
+            put_record(&mut self.run, self.version, &mut self.streams, kind, ev);
+            self.run_counts[s] += 1;
+            self.run_slots |= 1 << (slot + RING_LINES * s);
+            self.events += 1;
+            return Ok(());
+        }
         if self.version >= 3 {
             let s = stream(kind);
             // As the replay tells repeats: the size clamped to the line.
@@ -332,8 +468,14 @@ impl<W: Write> BinaryWriter<W> {
     /// plain records.
     fn end_run(&mut self) -> std::io::Result<()> {
         let [fetches, data] = self.run_counts;
-        if fetches + data >= MIN_RUN {
+        // Version 4 makes a run of every reference that lies in a ring line, so that a
+        // reader's ring follows the plain records alone.
+        let min_run = if self.version >= 4 { 1 } else { MIN_RUN };
+        if fetches + data >= min_run {
             self.buf.extend([RUN_TAG, fetches as u8, data as u8]);
+            if self.version >= 4 {
+                self.buf.push(self.run_slots);
+            }
             put_varint(&mut self.buf, self.run.len() as u64);
             // The records after a run are encoded from the streams as they were before
             // it, so that a reader that skips the run's records needs nothing from them.
@@ -342,6 +484,7 @@ impl<W: Write> BinaryWriter<W> {
         self.buf.extend_from_slice(&self.run);
         self.run.clear();
         self.run_counts = [0; 2];
+        self.run_slots = 0;
         self.flush_some()
     }
 
@@ -383,6 +526,8 @@ pub struct BinaryReader<R> {
     run_end: u64,
     run_start: Streams,
     run_events: u64,
+    /// Version 4: the lines of each stream's last plain records outside runs.
+    ring: LineRing,
 }
 
 impl<R: Read> BinaryReader<R> {
@@ -402,6 +547,7 @@ impl<R: Read> BinaryReader<R> {
             run_end: NO_RUN,
             run_start: Streams::default(),
             run_events: 0,
+            ring: LineRing::new(),
         };
         r.refill()?;
         let header = &r.buf[..r.end.min(HEADER_LEN)];
@@ -495,6 +641,8 @@ impl<R: Read> BinaryReader<R> {
         self.events += 1;
         if self.run_end != NO_RUN {
             self.leave_run()?;
+        } else if self.version >= 4 {
+            self.ring.push(stream(kind), last_line(ev.addr, ev.size));
         }
         Ok(Some(ev))
     }
@@ -521,10 +669,12 @@ impl<R: Read> BinaryReader<R> {
             }
             // Versions 2 and 3 share a loop: a run record is as rare a case as any other
             // tag it cannot take, and one loop less keeps the code inlined around it small.
-            if self.version >= 2 {
-                self.feed_plain::<true, S>(sink)?;
+            if self.version >= 4 {
+                self.feed_plain::<true, true, S>(sink)?;
+            } else if self.version >= 2 {
+                self.feed_plain::<true, false, S>(sink)?;
             } else {
-                self.feed_plain::<false, S>(sink)?;
+                self.feed_plain::<false, false, S>(sink)?;
             }
             if self.run_end != NO_RUN && self.base + self.pos as u64 >= self.run_end {
                 self.leave_run()?;
@@ -541,12 +691,15 @@ impl<R: Read> BinaryReader<R> {
         }
     }
 
-    /// Hand `sink` events of plain records and runs of version 2 or 3 (`V2`) or plain
-    /// records of version 1 while it wants them, until the buffer may end inside the next
-    /// record, the next record is not plain (an end or reserved tag, a size in a varint, a
-    /// varint over 10 bytes) or the records of a run handed one by one end.
+    /// Hand `sink` events of plain records and runs of version 2 to 4 (`V2`; `V4`: version
+    /// 4) or plain records of version 1 while it wants them, until the buffer may end inside
+    /// the next record, the next record is not plain (an end or reserved tag, a size in a
+    /// varint, a varint over 10 bytes) or the records of a run handed one by one end.
     #[inline(always)]
-    fn feed_plain<const V2: bool, S: EventSink>(&mut self, sink: &mut S) -> Result<(), SimError> {
+    fn feed_plain<const V2: bool, const V4: bool, S: EventSink>(
+        &mut self,
+        sink: &mut S,
+    ) -> Result<(), SimError> {
         // Below `safe_end` a whole record of the longest kind is buffered; a run's records
         // handed one by one stop at their end, where the streams go back.
         let mut safe_end = self.end.saturating_sub(MAX_RECORD);
@@ -556,6 +709,10 @@ impl<R: Read> BinaryReader<R> {
         let buf = &self.buf[..self.end];
         let mut i = self.pos;
         let mut streams = self.streams;
+        // Version 4: plain records outside runs move the ring (a run's records handed one
+        // by one leave it as it is).
+        let mut ring = self.ring;
+        let mut in_run = self.run_end != NO_RUN;
         let mut events = 0;
         let mut result = Ok(());
         while i < safe_end && sink.wants() {
@@ -577,11 +734,19 @@ impl<R: Read> BinaryReader<R> {
                     if !(runs && tag == RUN_TAG) {
                         break;
                     }
-                    let Some((fetches, data, body, body_end)) = run_header(buf, i) else {
+                    let Some((fetches, data, slots, body, body_end)) = run_header::<V4>(buf, i)
+                    else {
                         break;
                     };
                     let n = fetches + data;
-                    if body_end <= buf.len() && sink.run(fetches, data) {
+                    let taken = body_end <= buf.len()
+                        && if V4 {
+                            let lines = RunLines { ring: &ring, slots };
+                            sink.run_of_lines(fetches, data, &lines)
+                        } else {
+                            sink.run(fetches, data)
+                        };
+                    if taken {
                         i = body_end;
                         events += n;
                         continue;
@@ -591,6 +756,7 @@ impl<R: Read> BinaryReader<R> {
                     self.run_start = streams;
                     self.run_events = self.events + events + n;
                     safe_end = safe_end.min(body_end);
+                    in_run = true;
                     i = body;
                     continue;
                 }
@@ -602,6 +768,13 @@ impl<R: Read> BinaryReader<R> {
                 let addr = streams.prev[stream(kind)].wrapping_add(unzigzag(delta));
                 streams.event(kind, addr, code as u64)
             };
+            if V4 && !in_run {
+                // Sizes here are below a line: no clamp.
+                ring.push(
+                    stream(kind),
+                    ev.addr.saturating_add(ev.size - 1) >> RUN_LINE_SHIFT,
+                );
+            }
             events += 1;
             if let Err(e) = sink.event(ev) {
                 result = Err(e);
@@ -610,6 +783,7 @@ impl<R: Read> BinaryReader<R> {
         }
         self.pos = i;
         self.streams = streams;
+        self.ring = ring;
         self.events += events;
         result
     }
@@ -622,11 +796,18 @@ impl<R: Read> BinaryReader<R> {
             if self.run_end != NO_RUN {
                 return Err(self.error(start, "a run record inside a run".into()));
             }
-            let Some((fetches, data, body, body_end)) = run_header(&self.buf[..self.end], start)
-            else {
+            let buf = &self.buf[..self.end];
+            let header = if self.version >= 4 {
+                run_header::<true>(buf, start)
+            } else {
+                run_header::<false>(buf, start)
+            };
+            let Some((fetches, data, _, body, body_end)) = header else {
                 return Err(self.error(
                     start,
-                    "a run record cut short, with a varint over 10 bytes or of no events".into(),
+                    "a run record cut short, with a varint over 10 bytes, of no events or with \
+                     slots not those of its streams"
+                        .into(),
                 ));
             };
             // Not skipped here: its records are read one by one.

@@ -107,7 +107,7 @@ fn version_3_example() -> Vec<TraceEvent> {
 
 #[test]
 fn the_bytes_of_version_3_are_the_documented_ones() {
-    let bytes = encode(&version_3_example());
+    let bytes = encode_version(&version_3_example(), 3);
     let mut want = b"\x89ROCSTR\n\x03\0\0\0\0\0\0\0".to_vec();
     // I, size 4: as in version 2.
     want.extend([0x10, 0x80, 0x80, 0x80, 0x04]);
@@ -129,12 +129,49 @@ fn the_bytes_of_version_3_are_the_documented_ones() {
     assert_eq!(decode(&bytes).unwrap(), version_3_example());
 }
 
+/// The events of the documented version 4 trace.
+fn version_4_example() -> Vec<TraceEvent> {
+    vec![
+        ev(TraceKind::Instr, 0x400000, 4),
+        ev(TraceKind::Load, 0x1000, 8),
+        ev(TraceKind::Load, 0x2000, 8),
+        ev(TraceKind::Instr, 0x400004, 4),
+        ev(TraceKind::Load, 0x1008, 8),
+        ev(TraceKind::Load, 0x2008, 8),
+        ev(TraceKind::Instr, 0x400040, 4),
+    ]
+}
+
+#[test]
+fn the_bytes_of_version_4_are_the_documented_ones() {
+    let bytes = encode(&version_4_example());
+    let mut want = b"\x89ROCSTR\n\x04\0\0\0\0\0\0\0".to_vec();
+    // Three plain records (no ring lines yet, or new ones): I 0x400000, L 0x1000, L 0x2000
+    // (delta +0x1000). The rings: fetches 0x10000; data 0x80 (slot 0), 0x40 (slot 1).
+    want.extend([
+        0x10, 0x80, 0x80, 0x80, 0x04, 0x21, 0x80, 0x40, 0x21, 0x80, 0x40,
+    ]);
+    // The next three lie in ring lines: a run record of 1 fetch and 2 data accesses, slots
+    // 0x31 (fetch slot 0; data slots 0 and 1), 7 bytes of records: I sequential; L 0x1008,
+    // delta -0xff8 from 0x2000 (zigzag 0x1fef = ef 3f); L 0x2008, delta +0x1000.
+    want.extend([0x01, 0x01, 0x02, 0x31, 0x07]);
+    want.extend([0x90, 0x21, 0xef, 0x3f, 0x21, 0x80, 0x40]);
+    // I at 0x400040, a new line: from the fetch stream before the run, delta +0x40.
+    want.extend([0x10, 0x80, 0x01]);
+    want.extend([0x00, 0x07]);
+    assert_eq!(bytes, want);
+    assert_eq!(BinaryReader::new(&bytes[..]).unwrap().version(), 4);
+    assert_eq!(decode(&bytes).unwrap(), version_4_example());
+}
+
 /// What a sink that takes every run whole sees: the events handed one by one, and the
 /// runs (fetches, data accesses).
 #[derive(Default)]
 struct TakesRuns {
     events: Vec<TraceEvent>,
     runs: Vec<(u64, u64)>,
+    /// Version 4: each run's lines, per stream.
+    run_lines: Vec<[Vec<u64>; 2]>,
     /// Decline every run once `events` holds this many (to see the one-by-one path).
     decline_from: Option<usize>,
 }
@@ -156,6 +193,20 @@ impl EventSink for TakesRuns {
         self.runs.push((fetches, data));
         true
     }
+
+    fn run_of_lines(&mut self, fetches: u64, data: u64, lines: &RunLines) -> bool {
+        if !self.run(fetches, data) {
+            return false;
+        }
+        self.run_lines.push([0, 1].map(|stream| {
+            let (ring, used) = lines.lines(stream);
+            (0..RING_LINES)
+                .filter(|i| used >> i & 1 == 1)
+                .map(|i| ring[i])
+                .collect()
+        }));
+        true
+    }
 }
 
 #[test]
@@ -164,7 +215,7 @@ fn a_sink_may_take_runs_whole() {
     // (not in the trace's last 21 bytes): more events after the example's.
     let mut all = version_3_example();
     all.extend((1..20).map(|i| ev(TraceKind::Store, i << 20, 8)));
-    let bytes = encode(&all);
+    let bytes = encode_version(&all, 3);
     let mut sink = TakesRuns::default();
     let mut r = BinaryReader::new(&bytes[..]).unwrap();
     while r.feed(&mut sink).unwrap() {}
@@ -212,7 +263,7 @@ fn program_events(n: u64) -> Vec<TraceEvent> {
 #[test]
 fn runs_round_trip_and_skipped_runs_are_the_repeats_they_count() {
     let events = program_events(300_000);
-    let bytes = encode(&events);
+    let bytes = encode_version(&events, 3);
     assert!(
         bytes.len() > 2 * BUF_SIZE,
         "several buffers: {}",
@@ -254,6 +305,75 @@ fn runs_round_trip_and_skipped_runs_are_the_repeats_they_count() {
 }
 
 #[test]
+fn version_4_runs_round_trip_and_skipped_runs_lie_in_their_lines() {
+    let events = program_events(300_000);
+    let bytes = encode(&events);
+    assert!(bytes.len() > 2 * BUF_SIZE, "several buffers");
+    assert_eq!(decode(&bytes).unwrap(), events);
+    for decline_from in [None, Some(events.len() / 3)] {
+        let mut sink = TakesRuns {
+            decline_from,
+            ..TakesRuns::default()
+        };
+        let mut r = BinaryReader::new(&bytes[..]).unwrap();
+        while r.feed(&mut sink).unwrap() {}
+        assert!(sink.runs.len() > 10_000, "{}", sink.runs.len());
+        assert_eq!(r.events(), events.len() as u64);
+        // The events skipped between those handed are, in order, the runs' references:
+        // each run's counts kind by kind, each reference in one of its stream's lines
+        // that the run names.
+        let mut handed = sink.events.iter().peekable();
+        let mut skipped = Vec::new();
+        for e in &events {
+            if handed.peek() == Some(&e) {
+                handed.next();
+            } else {
+                skipped.push(*e);
+            }
+        }
+        assert_eq!(handed.next(), None);
+        let mut skipped = skipped.iter();
+        for (&(fetches, data), lines) in sink.runs.iter().zip(&sink.run_lines) {
+            let mut counts = [0; 2];
+            for e in skipped.by_ref().take((fetches + data) as usize) {
+                let s = stream(kind_code(e.kind));
+                let first = e.addr >> RUN_LINE_SHIFT;
+                let end = (e.addr + e.size.min(64) - 1) >> RUN_LINE_SHIFT;
+                assert!(first == end && lines[s].contains(&first), "{e:?} skipped");
+                counts[s] += 1;
+            }
+            assert_eq!(counts, [fetches, data]);
+        }
+        assert_eq!(skipped.next(), None);
+        // Where every run is taken, the events handed are the plain records outside runs:
+        // the runs' lines are among each stream's last RING_LINES of theirs.
+        if decline_from.is_none() {
+            let mut runs = sink.runs.iter().zip(&sink.run_lines);
+            let mut ring = [[NO_LINE; RING_LINES]; 2];
+            let mut handed = sink.events.iter().peekable();
+            let mut left_in_run = 0;
+            for e in &events {
+                let s = stream(kind_code(e.kind));
+                if handed.peek() == Some(&e) {
+                    handed.next();
+                    ring[s].rotate_right(1);
+                    ring[s][0] = (e.addr + e.size.min(64) - 1) >> RUN_LINE_SHIFT;
+                    continue;
+                }
+                if left_in_run == 0 {
+                    let (&(fetches, data), lines) = runs.next().unwrap();
+                    left_in_run = fetches + data;
+                    for s in 0..2 {
+                        assert!(lines[s].iter().all(|l| ring[s].contains(l)));
+                    }
+                }
+                left_in_run -= 1;
+            }
+        }
+    }
+}
+
+#[test]
 fn round_trips_extreme_addresses_and_sizes() {
     let events = vec![
         ev(TraceKind::Instr, u64::MAX, 1),
@@ -266,7 +386,7 @@ fn round_trips_extreme_addresses_and_sizes() {
         ev(TraceKind::Load, 0x7fff_ffff_ffff_ffff, 4),
         ev(TraceKind::Store, 0x8000_0000_0000_0003, 30),
     ];
-    for version in [1, 2, 3] {
+    for version in [1, 2, 3, 4] {
         let bytes = encode_version(&events, version);
         assert_eq!(decode(&bytes).unwrap(), events, "version {version}");
     }
@@ -297,7 +417,7 @@ fn round_trips_across_buffer_refills() {
     let events = mixed_events(200_000, |i| {
         i.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (i % 40)
     });
-    for version in [1, 2, 3] {
+    for version in [1, 2, 3, 4] {
         let bytes = encode_version(&events, version);
         assert!(
             bytes.len() > 2 * BUF_SIZE,
@@ -335,7 +455,9 @@ fn batches_decode_what_single_events_do() {
         (&mixed, 1),
         (&mixed, 2),
         (&mixed, 3),
+        (&mixed, 4),
         (&program_events(150_000), 3),
+        (&program_events(150_000), 4),
     ];
     for (events, version) in cases {
         let bytes = encode_version(events, version);
@@ -369,7 +491,8 @@ fn bad_input_is_refused_with_its_offset() {
         ev(TraceKind::Store, 0x2000, 8),
     ];
     let (v1, v2) = (encode_version(&two, 1), encode_version(&two, 2));
-    let v3 = encode(&two);
+    let (v3, v4) = (encode_version(&two, 3), encode(&two));
+    assert_eq!(v3[16..], v4[16..], "no ring lines: the same records");
     assert_eq!(v2[16..], v3[16..], "no repeats: the same records");
     assert_eq!(
         v1[16..],
@@ -382,9 +505,9 @@ fn bad_input_is_refused_with_its_offset() {
         (v2[..10].to_vec(), "byte 0: not a rocs binary trace"),
         (
             header(0),
-            "byte 8: version 0; this rocs reads versions 1 to 3",
+            "byte 8: version 0; this rocs reads versions 1 to 4",
         ),
-        (header(4), "byte 8: version 4"),
+        (header(5), "byte 8: version 5"),
         (
             [&MAGIC[..], &1u32.to_le_bytes(), &[1, 0, 0, 0]].concat(),
             "byte 12: unknown flags 0x1",
@@ -403,7 +526,16 @@ fn bad_input_is_refused_with_its_offset() {
         ),
         (
             [&v3[..22], &[0x01, 0x00, 0x00, 0x00]].concat(),
-            "byte 22: a run record cut short, with a varint over 10 bytes or of no events",
+            "byte 22: a run record cut short, with a varint over 10 bytes, of no events",
+        ),
+        // Version 4: a run's slots name lines of its streams only.
+        (
+            [&v4[..22], &[0x01, 0x01, 0x00, 0x10, 0x01, 0x90, 0x00, 0x03]].concat(),
+            "with slots not those of its streams",
+        ),
+        (
+            [&v4[..22], &[0x01, 0x00, 0x01, 0x00, 0x01, 0xa1, 0x00, 0x03]].concat(),
+            "with slots not those of its streams",
         ),
         (
             [&v3[..22], &[0x01, 0x00, 0x02, 0x01, 0xa1, 0x00, 0x04]].concat(),
@@ -445,10 +577,10 @@ fn bad_input_is_refused_with_its_offset() {
 
 #[test]
 fn a_writer_of_an_unknown_version_is_refused() {
-    for version in [0, 4] {
+    for version in [0, 5] {
         let Err(e) = BinaryWriter::with_version(Vec::new(), version) else {
             panic!("version {version} accepted")
         };
-        assert!(e.to_string().contains("there are 1 to 3"), "{e}");
+        assert!(e.to_string().contains("there are 1 to 4"), "{e}");
     }
 }
