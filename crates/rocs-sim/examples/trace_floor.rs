@@ -1,11 +1,13 @@
 //! What decoding alone costs the trace replay: a binary trace decoded from memory into a
 //! sink that only counts, and into one that also tells the repeats (a reference to the line
 //! its stream touched last, which the replay only counts) from the rest, in M references
-//! per CPU second of this thread, the best of REPS runs. Both take a version 3 trace's run
-//! records whole where the replay would (64-byte lines), so both decode what the replay
-//! decodes. The floor under `tests/bench/traces.sh`'s replay figure (docs/traces.md). Then
-//! how the repeats fall in runs (references in a row that are all repeats, every record
-//! decoded): what a record standing for a whole run spares the replay.
+//! per CPU second of this thread, the best of REPS runs. Both take a version 3 or 4 trace's
+//! run records whole where the replay would (64-byte lines; version 4's without looking
+//! their lines up in caches, as the replay must when it cannot tell otherwise), so both
+//! decode what the replay decodes. The floor under `tests/bench/traces.sh`'s replay figure
+//! (docs/traces.md). Then the run records taken whole and the references decoded one by
+//! one, and how the repeats fall in runs (references in a row that are all repeats, every
+//! record decoded): what a record standing for a whole run spares the replay.
 //!
 //!     cargo run --release -p rocs-sim --example trace_floor -- TRACE.rtrace [LINE_BYTES] [REPS]
 
@@ -55,6 +57,9 @@ struct Sink<const REPEATS: bool> {
     events: u64,
     fold: u64,
     repeats: u64,
+    /// Run records taken whole, and events handed one by one.
+    runs: u64,
+    handed: u64,
 }
 
 impl<const REPEATS: bool> Sink<REPEATS> {
@@ -64,6 +69,8 @@ impl<const REPEATS: bool> Sink<REPEATS> {
             events: 0,
             fold: 0,
             repeats: 0,
+            runs: 0,
+            handed: 0,
         }
     }
 }
@@ -77,6 +84,7 @@ impl<const REPEATS: bool> EventSink for Sink<REPEATS> {
     #[inline(always)]
     fn event(&mut self, ev: TraceEvent) -> Result<(), SimError> {
         self.events += 1;
+        self.handed += 1;
         if !REPEATS {
             self.fold ^= ev.addr;
             return Ok(());
@@ -98,6 +106,7 @@ impl<const REPEATS: bool> EventSink for Sink<REPEATS> {
         if take {
             self.events += fetches + data;
             self.repeats += fetches + data;
+            self.runs += 1;
         }
         take
     }
@@ -112,6 +121,7 @@ impl<const REPEATS: bool> EventSink for Sink<REPEATS> {
         let take = self.lines.shift == RUN_LINE_SHIFT;
         if take {
             self.events += fetches + data;
+            self.runs += 1;
         }
         take
     }
@@ -175,7 +185,7 @@ fn main() {
     assert!(line.is_power_of_two(), "LINE_BYTES must be a power of two");
     let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{path}: {e}"));
     let (mut decode, mut filter) = (0.0f64, 0.0f64);
-    let (mut events, mut repeats) = (0, 0);
+    let (mut events, mut repeats, mut runs, mut handed) = (0, 0, 0, 0);
     for _ in 0..reps {
         let mut count = Sink::<false>::new(line);
         let seconds = timed(&bytes, &mut count);
@@ -185,13 +195,21 @@ fn main() {
         let mut check = Sink::<true>::new(line);
         let seconds = timed(&bytes, &mut check);
         repeats = check.repeats;
+        (runs, handed) = (check.runs, check.handed);
         filter = filter.max(check.events as f64 / seconds / 1e6);
     }
+    let version = BinaryReader::new(&bytes[..])
+        .expect("a binary trace")
+        .version();
+    // Version 4's runs are references to a stream's last few lines, not only repeats.
+    let outside = if version >= 4 { " (outside runs)" } else { "" };
     println!(
-        "{path}: {events} references, {repeats} repeats of their stream's last {line}-byte line"
+        "{path}: {events} references, {repeats} repeats of their stream's last {line}-byte \
+         line{outside}"
     );
     println!("decoding alone: {decode:.1} M references per CPU second (best of {reps})");
     println!("decoding and the repeat check: {filter:.1} M references per CPU second");
+    println!("run records taken whole: {runs}; references decoded one by one: {handed}");
     let mut runs = Runs {
         lines: LastLines::new(line),
         run: 0,
