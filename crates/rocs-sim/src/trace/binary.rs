@@ -28,12 +28,13 @@
 //!           which lies in the 64-byte line its stream's last event ended in (sizes
 //!           clamped to 64); after them the streams are as they were before the run record
 //! version 4: the records of version 2, and
-//!   run     as version 3's, with a slot byte after the two counts: tag 0x01, fetches,
-//!           data accesses, slots, length (varint), records. Each stream has a ring of the
-//!           64-byte lines its last 4 plain records outside runs ended in (sizes clamped to
-//!           64; slot 0 the newest, none at the start); each record of the run lies in one
-//!           line that is in its stream's ring, and bit `slot + 4 * stream` of the slot
-//!           byte is set for each slot they lie in (0 instruction fetches, 1 data). A writer
+//!   run     as version 3's, with two slot bytes after the two counts: tag 0x01, fetches,
+//!           data accesses, slots (u16 little-endian), length (varint), records. Each
+//!           stream has a ring of the 64-byte lines its last 8 plain records outside runs
+//!           ended in (sizes clamped to 64; slot 0 the newest, none at the start); each
+//!           record of the run lies in one line that is in its stream's ring, and bit
+//!           `slot + 8 * stream` of the slots is set for each slot they lie in (stream 0
+//!           instruction fetches, 1 data; exactly the streams in the run have bits). A writer
 //!           puts every reference that lies in a ring line in a run (at most 255 of each
 //!           stream in one)
 //! end record
@@ -82,7 +83,9 @@ const MIN_RUN: u32 = 2;
 /// Version 3: at most this many of each stream's references in one run (a byte each).
 const MAX_RUN: u32 = 255;
 /// Version 4: a run holds references to any of each stream's last this many lines.
-pub const RING_LINES: usize = 4;
+pub const RING_LINES: usize = 8;
+/// Version 4: a run record's slots take this many bytes (a bit per ring line and stream).
+const SLOT_BYTES: usize = 2 * RING_LINES / 8;
 /// No run being decoded record by record.
 const NO_RUN: u64 = u64::MAX;
 /// Longest record: a tag and two 10-byte varints.
@@ -171,18 +174,20 @@ fn get_varint(buf: &[u8], i: &mut usize) -> Option<u64> {
 }
 
 /// The run record at `i` in `buf` (of version 4 if `V4`): its fetches, its data accesses,
-/// its slot byte (version 4, else 0), where its records start and where they end (which may
+/// its slots (version 4, else 0), where its records start and where they end (which may
 /// be past `buf`); `None` if `buf` ends inside its header, its length's varint is over 10
 /// bytes, it counts no events or (version 4) its slots are not those of its streams.
 #[inline(always)]
-fn run_header<const V4: bool>(buf: &[u8], i: usize) -> Option<(u64, u64, u8, usize, usize)> {
+fn run_header<const V4: bool>(buf: &[u8], i: usize) -> Option<(u64, u64, u32, usize, usize)> {
     let fetches = *buf.get(i + 1)? as u64;
     let data = *buf.get(i + 2)? as u64;
     let mut body = i + 3;
     let mut slots = 0;
     if V4 {
-        slots = *buf.get(body)?;
-        body += 1;
+        for k in 0..SLOT_BYTES {
+            slots |= u32::from(*buf.get(body + k)?) << (8 * k);
+        }
+        body += SLOT_BYTES;
         let mask = (1 << RING_LINES) - 1;
         if (fetches == 0) != (slots & mask == 0) || (data == 0) != (slots >> RING_LINES == 0) {
             return None;
@@ -277,7 +282,7 @@ impl LineRing {
 pub struct RunLines<'a> {
     ring: &'a LineRing,
     /// Bit `slot + RING_LINES * stream`: some reference of `stream` lies in that slot's line.
-    slots: u8,
+    slots: u32,
 }
 
 impl RunLines<'_> {
@@ -286,7 +291,7 @@ impl RunLines<'_> {
     /// run's references of `stream` lie in: a sink can test all of them without a branch.
     #[inline(always)]
     pub fn lines(&self, stream: usize) -> (&[u64; RING_LINES], u32) {
-        let slots = u32::from(self.slots >> (RING_LINES * stream)) & ((1 << RING_LINES) - 1);
+        let slots = (self.slots >> (RING_LINES * stream)) & ((1 << RING_LINES) - 1);
         // Slot i is at position (newest + i) mod RING_LINES: rotate the slots' mask left.
         let newest = self.ring.newest[stream] as u32;
         let at =
@@ -357,7 +362,7 @@ pub struct BinaryWriter<W: Write> {
     run_start: Streams,
     /// version 4: which of the ring's lines its references lie in (a run record's slot
     /// byte), and the lines of each stream's last plain records.
-    run_slots: u8,
+    run_slots: u32,
     ring: LineRing,
 }
 
@@ -474,7 +479,8 @@ impl<W: Write> BinaryWriter<W> {
         if fetches + data >= min_run {
             self.buf.extend([RUN_TAG, fetches as u8, data as u8]);
             if self.version >= 4 {
-                self.buf.push(self.run_slots);
+                self.buf
+                    .extend_from_slice(&self.run_slots.to_le_bytes()[..SLOT_BYTES]);
             }
             put_varint(&mut self.buf, self.run.len() as u64);
             // The records after a run are encoded from the streams as they were before
@@ -526,8 +532,9 @@ pub struct BinaryReader<R> {
     run_end: u64,
     run_start: Streams,
     run_events: u64,
-    /// Version 4: the lines of each stream's last plain records outside runs.
-    ring: LineRing,
+    /// Version 4: the lines of each stream's last plain records outside runs (boxed: it
+    /// is as large as the rest of the reader, which sits in an enum of readers).
+    ring: Box<LineRing>,
 }
 
 impl<R: Read> BinaryReader<R> {
@@ -547,7 +554,7 @@ impl<R: Read> BinaryReader<R> {
             run_end: NO_RUN,
             run_start: Streams::default(),
             run_events: 0,
-            ring: LineRing::new(),
+            ring: Box::new(LineRing::new()),
         };
         r.refill()?;
         let header = &r.buf[..r.end.min(HEADER_LEN)];
@@ -711,7 +718,7 @@ impl<R: Read> BinaryReader<R> {
         let mut streams = self.streams;
         // Version 4: plain records outside runs move the ring (a run's records handed one
         // by one leave it as it is).
-        let mut ring = self.ring;
+        let mut ring = *self.ring;
         let mut in_run = self.run_end != NO_RUN;
         let mut events = 0;
         let mut result = Ok(());
@@ -783,7 +790,7 @@ impl<R: Read> BinaryReader<R> {
         }
         self.pos = i;
         self.streams = streams;
-        self.ring = ring;
+        *self.ring = ring;
         self.events += events;
         result
     }

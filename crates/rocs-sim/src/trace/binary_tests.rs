@@ -152,9 +152,10 @@ fn the_bytes_of_version_4_are_the_documented_ones() {
         0x10, 0x80, 0x80, 0x80, 0x04, 0x21, 0x80, 0x40, 0x21, 0x80, 0x40,
     ]);
     // The next three lie in ring lines: a run record of 1 fetch and 2 data accesses, slots
-    // 0x31 (fetch slot 0; data slots 0 and 1), 7 bytes of records: I sequential; L 0x1008,
-    // delta -0xff8 from 0x2000 (zigzag 0x1fef = ef 3f); L 0x2008, delta +0x1000.
-    want.extend([0x01, 0x01, 0x02, 0x31, 0x07]);
+    // 0x0301 (fetch slot 0; data slots 0 and 1, bits 8 and 9), 7 bytes of records: I
+    // sequential; L 0x1008, delta -0xff8 from 0x2000 (zigzag 0x1fef = ef 3f); L 0x2008,
+    // delta +0x1000.
+    want.extend([0x01, 0x01, 0x02, 0x01, 0x03, 0x07]);
     want.extend([0x90, 0x21, 0xef, 0x3f, 0x21, 0x80, 0x40]);
     // I at 0x400040, a new line: from the fetch stream before the run, delta +0x40.
     want.extend([0x10, 0x80, 0x01]);
@@ -530,11 +531,19 @@ fn bad_input_is_refused_with_its_offset() {
         ),
         // Version 4: a run's slots name lines of its streams only.
         (
-            [&v4[..22], &[0x01, 0x01, 0x00, 0x10, 0x01, 0x90, 0x00, 0x03]].concat(),
+            [
+                &v4[..22],
+                &[0x01, 0x01, 0x00, 0x00, 0x01, 0x01, 0x90, 0x00, 0x03],
+            ]
+            .concat(),
             "with slots not those of its streams",
         ),
         (
-            [&v4[..22], &[0x01, 0x00, 0x01, 0x00, 0x01, 0xa1, 0x00, 0x03]].concat(),
+            [
+                &v4[..22],
+                &[0x01, 0x00, 0x01, 0x00, 0x00, 0x01, 0xa1, 0x00, 0x03],
+            ]
+            .concat(),
             "with slots not those of its streams",
         ),
         (
