@@ -361,17 +361,24 @@ mod tests {
         run_in_time(s, |k, _| f(k))
     }
 
-    /// A search against IPC that depends on `k` and on the window's place in time.
-    fn run_in_time(mut s: Search, f: impl Fn(usize, usize) -> f64) -> (usize, usize) {
-        let mut windows = 0;
+    /// A search against IPC that depends on `k` and on the window's place in time: its
+    /// choice and how many windows it measured.
+    fn run_in_time(s: Search, f: impl Fn(usize, usize) -> f64) -> (usize, usize) {
+        let (k, log) = run_logged(s, f);
+        (k, log.len())
+    }
+
+    /// [`run_in_time`], with the `k` of each window measured, in order.
+    fn run_logged(mut s: Search, f: impl Fn(usize, usize) -> f64) -> (usize, Vec<usize>) {
+        let mut log = Vec::new();
         loop {
             match s.next_step() {
                 Next::Measure(k) => {
-                    assert!(windows < 1000, "search does not end");
-                    s.record(k, f(k, windows));
-                    windows += 1;
+                    assert!(log.len() < 1000, "search does not end");
+                    s.record(k, f(k, log.len()));
+                    log.push(k);
                 }
-                Next::Done(k) => return (k, windows),
+                Next::Done(k) => return (k, log),
             }
         }
     }
@@ -401,18 +408,7 @@ mod tests {
         // pages twice more to finish the block.
         let knobs = Knobs::default();
         let warming = |t: usize| 0.5 * (1.0 + 0.05 * t as f64);
-        let mut s = Search::new(&knobs, 1000, vec![]);
-        let mut log = Vec::new();
-        let k = loop {
-            match s.next_step() {
-                Next::Measure(k) => {
-                    assert!(log.len() < 1000, "search does not end");
-                    s.record(k, warming(log.len()));
-                    log.push(k);
-                }
-                Next::Done(k) => break k,
-            }
-        };
+        let (k, log) = run_logged(Search::new(&knobs, 1000, vec![]), |_, t| warming(t));
         assert_eq!(k, 0);
         assert!(
             matches!(log[..], [.., b, 0, 0] if b > 0),
