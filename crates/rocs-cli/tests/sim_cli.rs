@@ -805,13 +805,10 @@ fn the_committed_evaluation_pages_are_what_their_json_renders_to() {
     assert!(!ok && err.contains("--oracle-grid"), "{err}");
 }
 
-#[test]
-fn sim_run_gives_each_column_of_a_modern_row_again() {
-    // A machine shaped like the modern built-ins (victim LLC with DRRIP, a prefetcher
-    // switched off while sampling), small enough for a test: each rocs column of its
-    // modern.md row is what `sim run --mode rocs` prints with the matching options.
-    let dir = tempfile::tempdir().unwrap();
-    let machine = dir.path().join("small-modern.toml");
+/// A machine shaped like the modern built-ins (victim LLC with DRRIP, a prefetcher
+/// switched off while sampling), small enough for a test, written into `dir`.
+fn small_modern_machine(dir: &std::path::Path) -> String {
+    let machine = dir.join("small-modern.toml");
     std::fs::write(
         &machine,
         "name = \"small-modern\"\nclock_ghz = 3.0\nbase_cpi = 0.4\npage_size = \"4KiB\"\n\
@@ -824,15 +821,27 @@ fn sim_run_gives_each_column_of_a_modern_row_again() {
          [pmu]\nsample_cost_cycles = 400\n",
     )
     .unwrap();
-    let machine = machine.to_str().unwrap();
-    let common = [
-        "--scale",
-        "auto:0.03",
-        "--windows",
-        "100",
-        "--oracle-grid",
-        "4",
-    ];
+    machine.to_str().unwrap().to_string()
+}
+
+/// The options of the small modern machine's evaluation and runs.
+const SMALL_MODERN: [&str; 6] = [
+    "--scale",
+    "auto:0.03",
+    "--windows",
+    "100",
+    "--oracle-grid",
+    "4",
+];
+
+#[test]
+fn sim_run_gives_each_column_of_a_modern_row_again() {
+    // Each rocs column of a modern.md row is what `sim run --mode rocs` prints with the
+    // matching options.
+    let dir = tempfile::tempdir().unwrap();
+    let machine = small_modern_machine(dir.path());
+    let machine = machine.as_str();
+    let common = SMALL_MODERN;
     let out = dir.path().join("eval");
     let mut eval = vec![
         "sim",
@@ -888,4 +897,66 @@ fn sim_run_gives_each_column_of_a_modern_row_again() {
         let v = run_json(&args);
         assert_eq!(&v["speedup"], column, "sim run {options:?}");
     }
+}
+
+#[test]
+fn a_modern_row_stopped_part_way_resumes_from_its_finished_runs() {
+    // A modern row is many runs (a full-length one, hours): stopped part way, the same
+    // command makes only the runs it had not finished, and writes the page a run from
+    // scratch writes.
+    let dir = tempfile::tempdir().unwrap();
+    let machine = small_modern_machine(dir.path());
+    let args = |out: &std::path::Path| -> Vec<String> {
+        let mut args = vec!["sim", "eval", "--suite", "modern", "--machines", &machine];
+        args.extend(["--workloads", "noisy-neighbour", "--out"]);
+        args.push(out.to_str().unwrap());
+        args.extend(SMALL_MODERN);
+        args.iter().map(|s| s.to_string()).collect()
+    };
+    let out = dir.path().join("out");
+    let journal = out.join("modern.journal");
+    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("rocsctl"))
+        .args(args(&out))
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Stopped once the header and four runs (the baseline and the first oracle runs) are
+    // in the journal.
+    let lines = || std::fs::read_to_string(&journal).map_or(0, |t| t.lines().count());
+    while lines() < 5 {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "it ended before it was stopped"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(!out.join("modern.md").exists());
+
+    let (ok, _, err) = run(
+        &args(&out).iter().map(String::as_str).collect::<Vec<_>>(),
+        None,
+    );
+    assert!(ok, "{err}");
+    assert!(
+        err.contains("resuming: 0 of 1 cases finished before, and"),
+        "{err}"
+    );
+    assert!(err.contains("baseline (made before)"), "{err}");
+    assert!(
+        !journal.exists(),
+        "the journal goes once the page is written"
+    );
+    let fresh = dir.path().join("fresh");
+    let (ok, _, err) = run(
+        &args(&fresh).iter().map(String::as_str).collect::<Vec<_>>(),
+        None,
+    );
+    assert!(ok && !err.contains("made before"), "{err}");
+    let rows = |d: &std::path::Path| {
+        let text = std::fs::read_to_string(d.join("modern.json")).unwrap();
+        serde_json::from_str::<serde_json::Value>(&text).unwrap()["rows"].clone()
+    };
+    assert_eq!(rows(&out), rows(&fresh));
 }

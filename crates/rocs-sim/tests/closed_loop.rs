@@ -9,7 +9,8 @@
 
 use rocs_core::SearchMode;
 use rocs_sim::closed_loop::{
-    compare, evaluate, run_baseline, run_rocs, Comparison, EvalRow, LoopConfig, Modes, RocsRun,
+    compare, evaluate, run_baseline, run_rocs, Comparison, EvalRow, LoopConfig, Modes, NothingKept,
+    RocsRun,
 };
 use rocs_sim::{Machine, MachineSpec, RunStats, Workload};
 
@@ -26,7 +27,15 @@ fn eval(workload: &str) -> EvalRow {
     let machine = MachineSpec::resolve("ppc970fx").unwrap();
     let w = Workload::resolve(workload).unwrap();
     let make = || Machine::new(&machine, &w, 1);
-    evaluate("ppc970fx", workload, &make, &config(), &mut |_| {}).unwrap()
+    evaluate(
+        "ppc970fx",
+        workload,
+        &make,
+        &config(),
+        &NothingKept,
+        &mut |_| {},
+    )
+    .unwrap()
 }
 
 /// rocs (adaptive search, default knobs, the evaluation's window) on `w`: its speedup over

@@ -6,7 +6,7 @@
 
 use rocs_core::PolluteColours;
 use rocs_sim::closed_loop::{
-    evaluate_modern, run_baseline, run_with_placements, Evaluation, LoopConfig,
+    evaluate_modern, run_baseline, run_with_placements, Evaluation, LoopConfig, NothingKept,
 };
 use rocs_sim::{Machine, MachineSpec, Scale, Workload};
 
@@ -40,7 +40,15 @@ fn one_workload_per_kind_through_the_modern_suite() {
             .apply(&Workload::resolve(name).unwrap(), &spec)
             .unwrap();
         let make = || Machine::new(&spec, &w, 1);
-        let row = evaluate_modern(&spec.name, name, &make, &config(), &mut |_| {}).unwrap();
+        let row = evaluate_modern(
+            &spec.name,
+            name,
+            &make,
+            &config(),
+            &NothingKept,
+            &mut |_| {},
+        )
+        .unwrap();
         let cat = row.cat.as_ref().expect("the modern suite runs CAT");
         eprintln!(
             "{name}: rocs {:.3}, oracle {:.3} ({} candidates), CAT {:.3} {:x?}, both {:.3}, pf on {:?}",

@@ -10,7 +10,10 @@ use std::sync::Mutex;
 
 use anyhow::Context;
 use clap::Args;
-use rocs_sim::closed_loop::{self, EvalRow, Evaluation, LoopConfig};
+use rocs_sim::closed_loop::{
+    self, EvalRow, Evaluation, KeepError, KeptRuns, LoopConfig, NothingKept,
+};
+use rocs_sim::RunStats;
 use rocs_sim::{builtin_machines, builtin_workloads, Machine, MachineSpec, Scale, Workload};
 
 use serde::de::DeserializeOwned;
@@ -64,8 +67,9 @@ pub struct EvalArgs {
     #[arg(long, default_value_t = 1)]
     pub jobs: usize,
     /// Write the page (README.md, modern.md, random.md, real.md), its SVG charts and its
-    /// JSON here. While it runs, the finished cases are kept here too (SUITE.journal): the
-    /// same command, run again after a stop, runs only the cases left.
+    /// JSON here. While it runs, the finished cases are kept here too (SUITE.journal; the
+    /// paper and modern suites also keep each finished run of the cases still running):
+    /// the same command, run again after a stop, runs only what is left.
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// paper, modern and real: run nothing; render the page again from an evaluation's JSON
@@ -322,8 +326,19 @@ fn run_builtins(
         let make = || Machine::new(machine, workload, args.seed);
         let prefix = format!("[{}/{total}] {} {}: ", i + 1, machine.name, workload.name);
         let mut report = |what: &str| steps.step(&format!("{prefix}{what}"));
-        let row: EvalRow = evaluate(&machine.name, &workload.name, &make, &cfg, &mut report)
-            .with_context(|| format!("evaluating {} on {}", workload.name, machine.name))?;
+        let kept: &dyn KeptRuns = match &journal {
+            Some(journal) => &CaseRuns { journal, case: i },
+            None => &NothingKept,
+        };
+        let row: EvalRow = evaluate(
+            &machine.name,
+            &workload.name,
+            &make,
+            &cfg,
+            kept,
+            &mut report,
+        )
+        .with_context(|| format!("evaluating {} on {}", workload.name, machine.name))?;
         let linear = row
             .linear
             .as_ref()
@@ -340,6 +355,22 @@ fn run_builtins(
     };
     let evaluation = Evaluation::new(args.command(""), args.seed, length, args.windows, rows?);
     Ok((evaluation, journal))
+}
+
+/// The runs of case `case` of an evaluation, kept in its journal.
+struct CaseRuns<'a> {
+    journal: &'a Journal<EvalRow>,
+    case: usize,
+}
+
+impl KeptRuns for CaseRuns<'_> {
+    fn recall(&self, what: &str) -> Option<RunStats> {
+        self.journal.recall_run(self.case, what)
+    }
+
+    fn keep(&self, what: &str, stats: &RunStats) -> Result<(), KeepError> {
+        Ok(self.journal.record_run(self.case, what, stats)?)
+    }
 }
 
 /// Write the page, its JSON and its charts to `--out`, and print the page (or its JSON).

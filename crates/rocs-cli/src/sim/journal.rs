@@ -5,8 +5,12 @@
 //! deterministic by itself, so a resumed page is the page a single run writes. The
 //! journal goes once the page is written.
 //!
+//! A case can be long (a modern row at full length is dozens of runs of many minutes), so
+//! the runs of a case not yet finished are kept too, and a resumed case recalls them
+//! instead of making them again.
+//!
 //! The file is JSON lines: a header (the command and the build), then one line per
-//! finished case, appended and flushed as the case ends.
+//! finished case or run, appended and flushed as it ends.
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
@@ -32,11 +36,23 @@ struct Entry<T> {
     row: T,
 }
 
-/// The finished cases of one evaluation, and the file they are appended to.
+/// One run of a case not yet finished, by what was run.
+#[derive(Serialize, Deserialize)]
+struct RunEntry<R> {
+    case: usize,
+    run: String,
+    counts: R,
+}
+
+/// The runs of unfinished cases, by case and what was run.
+type Runs = BTreeMap<(usize, String), serde_json::Value>;
+
+/// The finished cases (and runs) of one evaluation, and the file they are appended to.
 pub struct Journal<T> {
     path: PathBuf,
     file: Mutex<File>,
     done: Mutex<BTreeMap<usize, T>>,
+    runs: Mutex<Runs>,
 }
 
 impl<T: Serialize + DeserializeOwned> Journal<T> {
@@ -56,8 +72,8 @@ impl<T: Serialize + DeserializeOwned> Journal<T> {
             build: build.to_string(),
             cases,
         };
-        let done = match Self::read(path, &header) {
-            Ok(done) => done,
+        let (done, runs) = match Self::read(path, &header) {
+            Ok(found) => found,
             Err(why) => {
                 if path.exists() {
                     say(&format!(
@@ -65,14 +81,15 @@ impl<T: Serialize + DeserializeOwned> Journal<T> {
                         path.display()
                     ));
                 }
-                BTreeMap::new()
+                Default::default()
             }
         };
-        if !done.is_empty() {
+        if !done.is_empty() || !runs.is_empty() {
             say(&format!(
-                "resuming: {} of {cases} cases finished before, from {} (delete it to run \
-                 them again)",
+                "resuming: {} of {cases} cases finished before, and {} runs of the others, \
+                 from {} (delete it to run them again)",
                 done.len(),
+                runs.len(),
                 path.display()
             ));
         }
@@ -85,6 +102,14 @@ impl<T: Serialize + DeserializeOwned> Journal<T> {
         for (case, row) in &done {
             text += &(serde_json::to_string(&Entry { case: *case, row })? + "\n");
         }
+        for ((case, run), counts) in &runs {
+            let entry = RunEntry {
+                case: *case,
+                run: run.clone(),
+                counts,
+            };
+            text += &(serde_json::to_string(&entry)? + "\n");
+        }
         std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
         let file = OpenOptions::new()
             .append(true)
@@ -94,11 +119,13 @@ impl<T: Serialize + DeserializeOwned> Journal<T> {
             path: path.to_path_buf(),
             file: Mutex::new(file),
             done: Mutex::new(done),
+            runs: Mutex::new(runs),
         })
     }
 
-    /// The cases of the journal at `path` if its header is `header`; why not otherwise.
-    fn read(path: &Path, header: &Header) -> Result<BTreeMap<usize, T>, String> {
+    /// The cases of the journal at `path` if its header is `header`, and the runs of the
+    /// cases it does not hold; why not otherwise.
+    fn read(path: &Path, header: &Header) -> Result<(BTreeMap<usize, T>, Runs), String> {
         let file = File::open(path).map_err(|e| e.to_string())?;
         let mut lines = BufReader::new(file).lines();
         let first = lines
@@ -120,18 +147,22 @@ impl<T: Serialize + DeserializeOwned> Journal<T> {
             ));
         }
         let mut done = BTreeMap::new();
+        let mut runs = Runs::new();
         for line in lines {
-            let Some(entry) = line
-                .ok()
-                .and_then(|l| serde_json::from_str::<Entry<T>>(&l).ok())
-            else {
+            // A line that is neither (cut short by a stop) ends what can be trusted.
+            let Ok(line) = line else { break };
+            if let Ok(entry) = serde_json::from_str::<Entry<T>>(&line) {
+                if entry.case < header.cases {
+                    done.insert(entry.case, entry.row);
+                }
+            } else if let Ok(entry) = serde_json::from_str::<RunEntry<serde_json::Value>>(&line) {
+                runs.insert((entry.case, entry.run), entry.counts);
+            } else {
                 break;
-            };
-            if entry.case < header.cases {
-                done.insert(entry.case, entry.row);
             }
         }
-        Ok(done)
+        runs.retain(|(case, _), _| *case < header.cases && !done.contains_key(case));
+        Ok((done, runs))
     }
 
     /// Case `case`'s row if the journal had it (once: it is handed over).
@@ -141,11 +172,37 @@ impl<T: Serialize + DeserializeOwned> Journal<T> {
 
     /// Append a finished case.
     pub fn record(&self, case: usize, row: &T) -> anyhow::Result<()> {
-        let line = serde_json::to_string(&Entry { case, row })? + "\n";
+        self.append(serde_json::to_string(&Entry { case, row })? + "\n")
+    }
+
+    fn append(&self, line: String) -> anyhow::Result<()> {
         let mut file = self.file.lock().expect("no thread panicked");
         file.write_all(line.as_bytes())
             .and_then(|()| file.flush())
             .with_context(|| format!("appending to {}", self.path.display()))
+    }
+
+    /// What run `run` of case `case` counted, if the journal had it.
+    pub fn recall_run<R: DeserializeOwned>(&self, case: usize, run: &str) -> Option<R> {
+        let runs = self.runs.lock().expect("no thread panicked");
+        let counts = runs.get(&(case, run.to_string()))?;
+        // The same build wrote it: what it cannot read is only made again.
+        serde_json::from_value(counts.clone()).ok()
+    }
+
+    /// Append a finished run of case `case`, which is not finished yet.
+    pub fn record_run<R: Serialize>(
+        &self,
+        case: usize,
+        run: &str,
+        counts: &R,
+    ) -> anyhow::Result<()> {
+        let entry = RunEntry {
+            case,
+            run: run.to_string(),
+            counts,
+        };
+        self.append(serde_json::to_string(&entry)? + "\n")
     }
 
     /// The evaluation is written: the journal is not needed any more.
@@ -218,5 +275,51 @@ mod tests {
         assert!(said[0].contains("another command: eval a"), "{said:?}");
         j.remove().unwrap();
         assert!(!path.exists());
+    }
+
+    #[test]
+    fn the_runs_of_an_unfinished_case_are_recalled_after_a_stop() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.journal");
+        let (j, _) = open(&path, "eval a", "b1");
+        j.record(2, &"two".to_string()).unwrap();
+        j.record_run(1, "oracle [4]", &40u64).unwrap();
+        j.record_run(2, "baseline", &7u64).unwrap();
+        drop(j); // stopped while writing the next run
+        let mut f = OpenOptions::new().append(true).open(&path).unwrap();
+        f.write_all(b"{\"case\":1,\"run\":\"base").unwrap();
+
+        let (j, said) = open(&path, "eval a", "b1");
+        assert!(
+            said[0].starts_with("resuming: 1 of 3 cases finished before, and 1 runs"),
+            "{said:?}"
+        );
+        assert_eq!(j.recall_run::<u64>(1, "oracle [4]"), Some(40));
+        assert_eq!(j.recall_run::<u64>(1, "baseline"), None, "cut short");
+        assert_eq!(
+            j.recall_run::<u64>(2, "baseline"),
+            None,
+            "its case is finished"
+        );
+        j.record_run(1, "baseline", &9u64).unwrap();
+        drop(j);
+        let (j, _) = open(&path, "eval a", "b1");
+        assert_eq!(
+            j.recall_run::<u64>(1, "baseline"),
+            Some(9),
+            "after whole lines"
+        );
+        assert_eq!(
+            j.recall_run::<u64>(1, "oracle [4]"),
+            Some(40),
+            "kept by the rewrite"
+        );
+        drop(j);
+        let (j, _) = open(&path, "eval a", "b2");
+        assert_eq!(
+            j.recall_run::<u64>(1, "oracle [4]"),
+            None,
+            "another build's"
+        );
     }
 }

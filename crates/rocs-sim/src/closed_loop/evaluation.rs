@@ -7,8 +7,9 @@ use rocs_core::Knobs;
 
 use crate::RunStats;
 
+use super::kept::{made_or_recalled, KeptRuns};
 use super::{
-    ratio, run_baseline, run_cat, run_oracle, run_rocs, CatRun, LoopConfig, LoopError,
+    ratio, run_baseline, run_cat, run_oracle, run_rocs, BaselineRun, CatRun, LoopConfig, LoopError,
     MachineFactory, RocsRun,
 };
 
@@ -69,15 +70,18 @@ pub struct EvalRow {
 
 /// Evaluate one workload: baseline, rocs with `adaptive` and `linear` search, and the
 /// oracle over the adaptive run's profiles (both searches start from the same profile:
-/// the runs are identical until the search begins).
+/// the runs are identical until the search begins). The baseline and the oracle's runs
+/// `kept` has are recalled, and each one made is kept there; rocs's runs are always made
+/// (the oracle needs their stacks).
 pub fn evaluate(
     machine: &str,
     workload: &str,
     make: &MachineFactory<'_>,
     cfg: &LoopConfig,
+    kept: &dyn KeptRuns,
     progress: &mut dyn FnMut(&str),
 ) -> Result<EvalRow, LoopError> {
-    evaluate_searches(machine, workload, make, cfg, true, progress).map(|(row, _)| row)
+    evaluate_searches(machine, workload, make, cfg, true, kept, progress).map(|(row, _)| row)
 }
 
 /// [`evaluate`], with linear search or without; the row and its baseline run.
@@ -87,10 +91,20 @@ fn evaluate_searches(
     make: &MachineFactory<'_>,
     cfg: &LoopConfig,
     with_linear: bool,
+    kept: &dyn KeptRuns,
     progress: &mut dyn FnMut(&str),
 ) -> Result<(EvalRow, RunStats), LoopError> {
-    progress("baseline");
-    let baseline = run_baseline(make)?;
+    let (stats, recalled) = made_or_recalled(kept, "baseline", || {
+        progress("baseline");
+        Ok(run_baseline(make)?.stats)
+    })?;
+    if recalled {
+        progress("baseline (made before)");
+    }
+    let baseline = BaselineRun {
+        stats,
+        wall_seconds: 0.0,
+    };
     let window = cfg.window_for(&baseline);
     let run = |search: rocs_core::SearchMode, progress: &mut dyn FnMut(&str)| {
         progress(&format!("rocs, {search} search"));
@@ -113,6 +127,7 @@ fn evaluate_searches(
         cfg,
         &pollute,
         Some(&baseline.stats),
+        kept,
         progress,
     )?;
     let b = &baseline.stats;
@@ -161,12 +176,14 @@ fn evaluate_searches(
 /// quarters of the stack and rocs's choice lie within 1%, the curve is flat and the grid
 /// is skipped), then CAT as the rival ([`run_cat`]; for a process alone, every way:
 /// [`CatRun::alone`]) and, where the machine has a prefetcher switched off while
-/// profiling, rocs profiling with it left on.
+/// profiling, rocs profiling with it left on. Runs are kept and recalled as [`evaluate`]
+/// keeps them, CAT's mask runs and rocs's with the prefetcher on too.
 pub fn evaluate_modern(
     machine: &str,
     workload: &str,
     make: &MachineFactory<'_>,
     cfg: &LoopConfig,
+    kept: &dyn KeptRuns,
     progress: &mut dyn FnMut(&str),
 ) -> Result<EvalRow, LoopError> {
     let probe = make()?;
@@ -174,7 +191,8 @@ pub fn evaluate_modern(
     let mut cfg = cfg.clone();
     cfg.knobs.pollute_colours = rocs_core::PolluteColours::Count((colours / 16).max(1));
     cfg.oracle_coarse_first = true;
-    let (mut row, baseline) = evaluate_searches(machine, workload, make, &cfg, false, progress)?;
+    let (mut row, baseline) =
+        evaluate_searches(machine, workload, make, &cfg, false, kept, progress)?;
     let knobs = Knobs {
         search: rocs_core::SearchMode::Adaptive,
         ..cfg.knobs.clone()
@@ -186,7 +204,7 @@ pub fn evaluate_modern(
             row.adaptive.pages_confined,
         )
     } else {
-        run_cat(make, &baseline, &knobs, row.window_cycles, progress)?
+        run_cat(make, &baseline, &knobs, row.window_cycles, kept, progress)?
     });
     if probe
         .spec()
@@ -194,14 +212,20 @@ pub fn evaluate_modern(
         .as_ref()
         .is_some_and(|p| p.off_while_sampling)
     {
-        progress("rocs, prefetcher left on while profiling");
-        let prefetch_on = || {
-            let mut m = make()?;
-            m.set_prefetch_off_while_sampling(false);
-            Ok(m)
-        };
-        let run = run_rocs(&prefetch_on, &knobs, row.window_cycles)?;
-        row.prefetch_on_speedup = Some(ratio(row.baseline_cycles, run.stats.cycles));
+        let what = "rocs, prefetcher left on while profiling";
+        let (stats, recalled) = made_or_recalled(kept, what, || {
+            progress(what);
+            let prefetch_on = || {
+                let mut m = make()?;
+                m.set_prefetch_off_while_sampling(false);
+                Ok(m)
+            };
+            Ok(run_rocs(&prefetch_on, &knobs, row.window_cycles)?.stats)
+        })?;
+        if recalled {
+            progress(&format!("{what} (made before)"));
+        }
+        row.prefetch_on_speedup = Some(ratio(row.baseline_cycles, stats.cycles));
     }
     Ok(row)
 }

@@ -18,6 +18,7 @@
 
 mod campaign;
 mod evaluation;
+mod kept;
 mod oracle;
 pub mod random;
 pub mod real;
@@ -34,6 +35,7 @@ use rocs_core::{
 
 pub use campaign::{random_cases, run_case, RandomCampaign, RandomCase, RandomRow, RandomSummary};
 pub use evaluation::{evaluate, evaluate_modern, EvalMode, EvalRow, Evaluation, TargetCheck};
+pub use kept::{KeepError, KeptRuns, NothingKept};
 pub use oracle::{run_oracle, run_with_placements};
 pub use rival::{run_cat, CatRun};
 use serde::Serialize;
@@ -52,6 +54,12 @@ pub enum LoopError {
     Platform(DriverError),
     #[error("the workload ran no instructions: nothing to compare")]
     Empty,
+    #[error("keeping the finished run {what:?} to resume from")]
+    Keep {
+        what: String,
+        #[source]
+        source: KeepError,
+    },
 }
 
 /// How the closed loop runs.
@@ -514,7 +522,15 @@ pub fn compare_on(
             let pollute = cfg.knobs.pollute_colours.resolve(colours)?;
             // Only the baseline's own machine runs as the oracle's k = 0 does.
             let nothing_confined = same_machine.then_some(&out.baseline.stats);
-            let oracle = run_oracle(make_rocs, &rocs, cfg, &pollute, nothing_confined, progress)?;
+            let oracle = run_oracle(
+                make_rocs,
+                &rocs,
+                cfg,
+                &pollute,
+                nothing_confined,
+                &NothingKept,
+                progress,
+            )?;
             out.oracle_speedup = Some(ratio(out.baseline.stats.cycles, oracle.stats.cycles));
             out.fraction_of_oracle = Some(ratio(oracle.stats.cycles, rocs.stats.cycles));
             out.oracle = Some(oracle);

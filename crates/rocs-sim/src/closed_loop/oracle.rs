@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use rocs_core::{Pid, Placement, Remapper, VirtPage};
 
+use super::kept::{made_or_recalled, KeptRuns};
 use super::{
     fastest_within_bound, instructions_of, within_slowdown_bound, LoopConfig, LoopError,
     MachineFactory, OracleRun, ProfilePoint, RocsRun,
@@ -123,13 +124,15 @@ fn best_within_bound(
 /// profile, slowdowns compound (a tenant of a real pair ended 8% slower through two
 /// profiles' 4-5% each). `nothing_confined` is that run if the caller has it (the
 /// baseline on the same machine: `make`'s machine with nothing confined runs exactly as
-/// it does), saving one run of the workload.
+/// it does), saving one run of the workload. Candidate runs `kept` has are recalled, and
+/// each one made is kept there.
 pub fn run_oracle(
     make: &MachineFactory<'_>,
     rocs: &RocsRun,
     cfg: &LoopConfig,
     pollute: &[rocs_core::Colour],
     nothing_confined: Option<&RunStats>,
+    kept: &dyn KeptRuns,
     progress: &mut dyn FnMut(&str),
 ) -> Result<OracleRun, LoopError> {
     // Only profiles whose search finished: the others never changed the placement.
@@ -168,13 +171,18 @@ pub fn run_oracle(
                 }
                 let mut trial = ks.clone();
                 trial.push(k);
-                let t = run_with_placements(make, &points[..=j], &trial, step, pollute)?;
+                // The chosen k of every profile so far names the run: the profiles are
+                // the rocs run's, the same for every run of this case.
+                let (t, recalled) = made_or_recalled(kept, &format!("oracle {trial:?}"), || {
+                    run_with_placements(make, &points[..=j], &trial, step, pollute)
+                })?;
                 simulated_accesses += t.accesses;
                 progress(&format!(
-                    "oracle profile {}/{}: k = {k} -> {} cycles",
+                    "oracle profile {}/{}: k = {k} -> {} cycles{}",
                     j + 1,
                     points.len(),
-                    t.cycles
+                    t.cycles,
+                    if recalled { " (made before)" } else { "" }
                 ));
                 results.insert(k, (t.cycles, t));
                 Ok(())

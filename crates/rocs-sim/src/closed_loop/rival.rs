@@ -13,6 +13,7 @@ use std::time::Instant;
 use rocs_core::Knobs;
 use serde::{Deserialize, Serialize};
 
+use super::kept::{made_or_recalled, KeptRuns};
 use super::{fastest_within_bound, ratio, run_rocs, LoopError, MachineFactory, RocsRun};
 use crate::{Machine, RunStats, SimError};
 
@@ -104,12 +105,14 @@ fn assignments(processes: usize, ways: u32) -> Vec<Vec<u64>> {
 
 /// Oracle-CAT (the best masks, run by run) and rocs with `knobs` on those masks.
 /// `baseline` is `make`'s run, which is also the first assignment's (no CAT: every
-/// process may use every way), not run again.
+/// process may use every way), not run again. Mask runs `kept` has are recalled, and each
+/// one made is kept there.
 pub fn run_cat(
     make: &MachineFactory<'_>,
     baseline: &RunStats,
     knobs: &Knobs,
     window_cycles: u64,
+    kept: &dyn KeptRuns,
     progress: &mut dyn FnMut(&str),
 ) -> Result<CatRun, LoopError> {
     let start = Instant::now();
@@ -117,14 +120,17 @@ pub fn run_cat(
     let tried = assignments(probe.pids().len(), probe.llc_ways());
     let mut runs: Vec<RunStats> = vec![baseline.clone()];
     for (n, masks) in tried.iter().enumerate().skip(1) {
-        let mut m = with_masks(make, masks)()?;
-        m.run_to_end()?;
-        let stats = m.totals();
+        let (stats, recalled) = made_or_recalled(kept, &format!("CAT {masks:x?}"), || {
+            let mut m = with_masks(make, masks)()?;
+            m.run_to_end()?;
+            Ok(m.totals())
+        })?;
         progress(&format!(
-            "oracle-CAT {}/{}: masks {masks:x?} -> {} cycles",
+            "oracle-CAT {}/{}: masks {masks:x?} -> {} cycles{}",
             n + 1,
             tried.len(),
-            stats.cycles
+            stats.cycles,
+            if recalled { " (made before)" } else { "" }
         ));
         runs.push(stats);
     }

@@ -4,11 +4,11 @@
 use std::ops::Deref;
 
 use rocs_core::{Pid, VirtPage};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Event counts of a process, or of a run (then `cycles` is the elapsed time: the longest
 /// process's).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Counts {
     pub instructions: u64,
     /// Cycles run, overheads included.
@@ -110,7 +110,7 @@ impl Counts {
 
 /// The counts of one process. It derefs to its [`Counts`]: a process's stats are its counts
 /// with a name, so `stats.cycles` reads as it says.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProcessStats {
     pub pid: Pid,
     pub name: String,
@@ -126,7 +126,7 @@ impl Deref for ProcessStats {
 }
 
 /// The counts of a run, in total and per process. It derefs to the total.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RunStats {
     #[serde(flatten)]
     pub counts: Counts,
