@@ -43,6 +43,9 @@ pub struct AdaptiveSearch {
     /// would have run at its time, not at the search's start.
     #[serde(default)]
     trend: Option<f64>,
+    /// Pages moved in one window: how far from the best point a revisit may go.
+    #[serde(default)]
+    page_budget: usize,
     stage: Stage,
 }
 
@@ -65,6 +68,18 @@ enum Stage {
         misses: u8,
     },
     Confirm,
+    /// The best `k` beat k = 0, but the drift seen before the search could explain the
+    /// gain over the time between their windows. `at`, a point near `k` (at most two
+    /// windows' moves away) measured long before, is measured again: how far IPC moved at one
+    /// placement over that time bounds the drift far more tightly than a few windows
+    /// before the search can, for a window or two of moves rather than the balanced
+    /// blocks' trips to k = 0 and back (zen4-like's art-like at full length: 31,719 pages
+    /// each way, 17 windows). `from`: the log's length when it was asked for.
+    Revisit {
+        k: usize,
+        at: usize,
+        from: usize,
+    },
     /// The best `k` beat k = 0, but the two were measured at different times, and a
     /// program's IPC drifts (a warm-up, a request mix that changes): the coarse pass
     /// measures growing `k` one after another, so a rising IPC looks like a gain of the
@@ -155,6 +170,7 @@ impl AdaptiveSearch {
             judged_by_group: false,
             drift_bound: None,
             trend: None,
+            page_budget,
             stage: Stage::Baseline,
         }
     }
@@ -220,7 +236,10 @@ impl AdaptiveSearch {
 
     /// See [`super::Search::conclude`].
     pub fn conclude(&mut self) {
-        if !matches!(self.stage, Stage::Confirm | Stage::Verify { .. }) {
+        if !matches!(
+            self.stage,
+            Stage::Confirm | Stage::Revisit { .. } | Stage::Verify { .. }
+        ) {
             self.stage = Stage::Confirm;
         }
     }
@@ -320,6 +339,7 @@ impl AdaptiveSearch {
                 Stage::Coarse { i } => self.coarse(m, i),
                 Stage::Refine { a, x, b, misses } => self.refine(m, a, x, b, misses),
                 Stage::Confirm => self.confirm(m),
+                Stage::Revisit { k, at, from } => self.revisit(m, k, at, from),
                 Stage::Verify { k, from } => return self.verify(m, k, from),
             };
             match flow {
@@ -467,6 +487,12 @@ impl AdaptiveSearch {
                     return Flow::Ask(Next::Done(best));
                 }
             }
+            if !trend_explains {
+                if let Some(at) = self.revisit_point(m, best, apart) {
+                    let from = m.in_order().len();
+                    return Flow::Go(Stage::Revisit { k: best, at, from });
+                }
+            }
             // The last window, if it was at `best`, opens the first block.
             let log = m.in_order();
             let from = log.len() - usize::from(log.last().is_some_and(|w| w.k == best));
@@ -478,6 +504,68 @@ impl AdaptiveSearch {
         }
         // Never worse than not running: a gain within noise is no gain.
         Flow::Ask(Next::Done(0))
+    }
+
+    /// The point to measure again for [`Stage::Revisit`]: of the points other than k = 0
+    /// within two windows' moves of `k` and first measured at least half of `apart` (the
+    /// windows between k = 0's and `k`'s) ago, the nearest to `k`. A drift seen over a
+    /// shorter span says too little about the rest (a warm-up that slows down would be
+    /// missed).
+    fn revisit_point(&self, m: &Measurements, k: usize, apart: f64) -> Option<usize> {
+        let log = m.in_order();
+        let now = log.last()?.at as f64;
+        let first_seen = |x: usize| log.iter().find(|w| w.k == x).map(|w| w.at as f64);
+        m.iter()
+            .map(|(x, _, _)| x)
+            .filter(|&x| x != 0 && x != k && x.abs_diff(k) <= 2 * self.page_budget)
+            .filter(|&x| first_seen(x).is_some_and(|t| now - t >= apart / 2.0))
+            .min_by_key(|&x| x.abs_diff(k))
+    }
+
+    /// [`Stage::Revisit`]: once `at` is measured again, the drift per window there (its
+    /// change over the time between its windows, plus `z` standard errors) times the
+    /// windows between k = 0's and `k`'s must be less than `k`'s gain beyond noise for
+    /// `k` to be kept (after a second window at `k`, as confirming asks); otherwise the
+    /// balanced blocks decide.
+    fn revisit(&self, m: &Measurements, k: usize, at: usize, from: usize) -> Flow {
+        let log = m.in_order();
+        let (before, since) = log.split_at(from.min(log.len()));
+        let windows = |part: &[Measured]| -> Option<(f64, f64, f64)> {
+            let at: Vec<&Measured> = part.iter().filter(|w| w.k == at).collect();
+            let n = at.len() as f64;
+            (n > 0.0).then(|| {
+                let t = at.iter().map(|w| w.at as f64).sum::<f64>() / n;
+                (t, at.iter().map(|w| w.ipc).sum::<f64>() / n, n)
+            })
+        };
+        let Some(late) = windows(since) else {
+            return Flow::Ask(Next::Measure(at));
+        };
+        let verify = Flow::Go(Stage::Verify {
+            k,
+            from: log.len() - usize::from(log.last().is_some_and(|w| w.k == k)),
+        });
+        let (Some(early), Some((sigma, dof))) = (windows(before), m.noise()) else {
+            return verify;
+        };
+        let span = late.0 - early.0;
+        if span <= 0.0 {
+            return verify;
+        }
+        let z = 2.0 + 4.0 / dof as f64;
+        let drift = ((late.1 - early.1) / span).abs()
+            + z * sigma * (1.0 / early.2 + 1.0 / late.2).sqrt() / span;
+        let (Some(best), Some(base)) = (m.mean(k), m.mean(0)) else {
+            return verify;
+        };
+        let apart = (mean_time(m, k).expect("measured") - mean_time(m, 0).expect("measured")).abs();
+        if best - base - self.margin(m, k, 0) <= drift * apart {
+            return verify;
+        }
+        if m.count(k) < 2 && self.max_repeats >= 2 {
+            return Flow::Ask(Next::Measure(k));
+        }
+        Flow::Ask(Next::Done(k))
     }
 
     /// The balanced blocks of [`Stage::Verify`]: after each, keep `k` if it beats k = 0

@@ -422,6 +422,34 @@ mod tests {
     }
 
     #[test]
+    fn a_gain_far_from_k0_is_confirmed_by_measuring_again_a_point_near_it() {
+        // A peak at 600 of 1000 pages, 100 pages moved a window, and nothing known of the
+        // drift before the search. The balanced blocks would move the pages to k = 0 and
+        // back; a point near the best, measured long before and again now, shows that IPC
+        // does not drift, so the gain stands without going back to k = 0.
+        let knobs = Knobs {
+            page_budget: 100,
+            ..Knobs::default()
+        };
+        let peak = |k: usize| {
+            let x = k as f64 / 1000.0;
+            if x <= 0.6 {
+                1.0 + 0.3 * x
+            } else {
+                1.18 - 0.8 * (x - 0.6)
+            }
+        };
+        let (k, log) = run_logged(Search::new(&knobs, 1000, vec![]), |k, _| peak(k));
+        assert!((k as i64 - 600).abs() <= 40, "k = {k}, windows {log:?}");
+        let last_k0 = log.iter().rposition(|&k| k == 0).expect("k = 0 measured");
+        assert_eq!(last_k0, 1, "k = 0 only before the coarse pass: {log:?}");
+        // The same peak on a warm-up that keeps going still ends in the balanced blocks.
+        let warming = |k: usize, t: usize| peak(k) + 0.02 * t as f64;
+        let (_, log) = run_logged(Search::new(&knobs, 1000, vec![]), warming);
+        assert!(log.iter().rposition(|&k| k == 0) > Some(1), "{log:?}");
+    }
+
+    #[test]
     fn probes_are_compared_with_k0_carried_forward_by_the_trend_before_the_search() {
         // A large LLC still warming over most of a short run (spr-like's art-like at
         // auto:0.2): IPC rises 2% a window whatever is confined, and every probe costs 10%,
