@@ -506,19 +506,32 @@ impl AdaptiveSearch {
         Flow::Ask(Next::Done(0))
     }
 
-    /// The point to measure again for [`Stage::Revisit`]: of the points other than k = 0
-    /// within two windows' moves of `k` and first measured at least half of `apart` (the
-    /// windows between k = 0's and `k`'s) ago, the nearest to `k`. A drift seen over a
-    /// shorter span says too little about the rest (a warm-up that slows down would be
-    /// missed).
+    /// The point to measure again for [`Stage::Revisit`], if one could settle it: of the
+    /// points other than k = 0 within two windows' moves of `k` and a quarter of `k`'s
+    /// pages (a revisit is a cost whenever the blocks follow it, so it must be much cheaper
+    /// than the trip to k = 0 it may spare), the nearest to `k` that was first measured at
+    /// least half of `apart` (the windows between k = 0's and `k`'s) ago, and whose
+    /// revisit could keep `k` even if it read the same as before: its noise over the time
+    /// between alone must not explain the gain. A drift seen over a shorter span says too
+    /// little about the rest (a warm-up that slows down would be missed).
     fn revisit_point(&self, m: &Measurements, k: usize, apart: f64) -> Option<usize> {
         let log = m.in_order();
         let now = log.last()?.at as f64;
+        let (sigma, dof) = m.noise()?;
+        let z = 2.0 + 4.0 / dof as f64;
+        let gain = m.mean(k)? - m.mean(0)? - self.margin(m, k, 0);
         let first_seen = |x: usize| log.iter().find(|w| w.k == x).map(|w| w.at as f64);
+        let could_settle = |x: usize| {
+            let span = now - mean_time(m, x).unwrap_or(now);
+            let noise_alone = z * sigma * (1.0 / m.count(x).max(1) as f64 + 1.0).sqrt();
+            span > 0.0 && gain > noise_alone / span * apart
+        };
+        let reach = (2 * self.page_budget).min(k / 4);
         m.iter()
             .map(|(x, _, _)| x)
-            .filter(|&x| x != 0 && x != k && x.abs_diff(k) <= 2 * self.page_budget)
+            .filter(|&x| x != 0 && x != k && x.abs_diff(k) <= reach)
             .filter(|&x| first_seen(x).is_some_and(|t| now - t >= apart / 2.0))
+            .filter(|&x| could_settle(x))
             .min_by_key(|&x| x.abs_diff(k))
     }
 
