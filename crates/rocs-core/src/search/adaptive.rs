@@ -69,12 +69,12 @@ enum Stage {
     },
     Confirm,
     /// The best `k` beat k = 0, but the drift seen before the search could explain the
-    /// gain over the time between their windows. `at`, a point near `k` (at most two
-    /// windows' moves away) measured long before, is measured again: how far IPC moved at one
-    /// placement over that time bounds the drift far more tightly than a few windows
-    /// before the search can, for a window or two of moves rather than the balanced
-    /// blocks' trips to k = 0 and back (zen4-like's art-like at full length: 31,719 pages
-    /// each way, 17 windows). `from`: the log's length when it was asked for.
+    /// gain over the time between their windows. `at`, a point near `k` measured long
+    /// before ([`AdaptiveSearch::revisit_point`]), is measured again: how far IPC moved
+    /// at one placement over that time bounds the drift far more tightly than a few
+    /// windows before the search can, for a window or two of moves rather than the
+    /// balanced blocks' trips to k = 0 and back (zen4-like's art-like at full length:
+    /// 31,719 pages each way, 17 windows). `from`: the log's length when it was asked for.
     Revisit {
         k: usize,
         at: usize,
@@ -543,12 +543,13 @@ impl AdaptiveSearch {
     fn revisit(&self, m: &Measurements, k: usize, at: usize, from: usize) -> Flow {
         let log = m.in_order();
         let (before, since) = log.split_at(from.min(log.len()));
+        // The mean time and IPC of `at`'s windows in a part of the log, and their count.
         let windows = |part: &[Measured]| -> Option<(f64, f64, f64)> {
-            let at: Vec<&Measured> = part.iter().filter(|w| w.k == at).collect();
-            let n = at.len() as f64;
+            let seen: Vec<&Measured> = part.iter().filter(|w| w.k == at).collect();
+            let n = seen.len() as f64;
             (n > 0.0).then(|| {
-                let t = at.iter().map(|w| w.at as f64).sum::<f64>() / n;
-                (t, at.iter().map(|w| w.ipc).sum::<f64>() / n, n)
+                let t = seen.iter().map(|w| w.at as f64).sum::<f64>() / n;
+                (t, seen.iter().map(|w| w.ipc).sum::<f64>() / n, n)
             })
         };
         let Some(late) = windows(since) else {
