@@ -627,6 +627,27 @@ fn the_real_suite_runs_programs_alone_and_in_pairs() {
     assert!(!ok && err.contains("manifest.toml:5"), "{err}");
 }
 
+/// Run rocsctl with `args` and kill it (as a closed terminal or a shutdown would) once
+/// `journal` has `lines` lines; the lines it has then.
+fn stopped_once_the_journal_has(args: &[String], journal: &std::path::Path, lines: usize) -> usize {
+    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("rocsctl"))
+        .args(args)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let count = || std::fs::read_to_string(journal).map_or(0, |t| t.lines().count());
+    while count() < lines {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "it ended before it was stopped"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    count()
+}
+
 #[test]
 fn an_evaluation_stopped_part_way_resumes_where_it_stopped() {
     let dir = tempfile::tempdir().unwrap();
@@ -653,24 +674,9 @@ fn an_evaluation_stopped_part_way_resumes_where_it_stopped() {
     };
     let out = dir.path().join("out");
     let journal = out.join("random.journal");
-    // Stopped (killed, as a closed terminal or a shutdown would) once the first case is
-    // in the journal: its header and one case.
-    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("rocsctl"))
-        .args(args(&out))
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let lines = || std::fs::read_to_string(&journal).map_or(0, |t| t.lines().count());
-    while lines() < 2 {
-        assert!(
-            child.try_wait().unwrap().is_none(),
-            "it ended before it was stopped"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
-    child.kill().unwrap();
-    child.wait().unwrap();
-    assert_eq!(lines(), 2, "the second case was still running");
+    // Stopped once the first case is in the journal: its header and one case.
+    let lines = stopped_once_the_journal_has(&args(&out), &journal, 2);
+    assert_eq!(lines, 2, "the second case was still running");
     assert!(!out.join("random.md").exists());
 
     // The same command runs only the case that had not finished...
@@ -915,23 +921,9 @@ fn a_modern_row_stopped_part_way_resumes_from_its_finished_runs() {
     };
     let out = dir.path().join("out");
     let journal = out.join("modern.journal");
-    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("rocsctl"))
-        .args(args(&out))
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
     // Stopped once the header and four runs (the baseline and the first oracle runs) are
     // in the journal.
-    let lines = || std::fs::read_to_string(&journal).map_or(0, |t| t.lines().count());
-    while lines() < 5 {
-        assert!(
-            child.try_wait().unwrap().is_none(),
-            "it ended before it was stopped"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(2));
-    }
-    child.kill().unwrap();
-    child.wait().unwrap();
+    stopped_once_the_journal_has(&args(&out), &journal, 5);
     assert!(!out.join("modern.md").exists());
 
     let (ok, _, err) = run(
