@@ -627,6 +627,24 @@ fn the_real_suite_runs_programs_alone_and_in_pairs() {
     assert!(!ok && err.contains("manifest.toml:5"), "{err}");
 }
 
+/// [`run`] with owned arguments and no input.
+fn run_owned(args: &[String]) -> (bool, String, String) {
+    run(&args.iter().map(String::as_str).collect::<Vec<_>>(), None)
+}
+
+/// The rows of the page JSON `name` in `dir`, without their wall-clock times (the one
+/// thing two runs of the same evaluation may differ in).
+fn page_rows(dir: &std::path::Path, name: &str) -> serde_json::Value {
+    let text = std::fs::read_to_string(dir.join(name)).unwrap();
+    let mut page: serde_json::Value = serde_json::from_str(&text).unwrap();
+    for row in page["rows"].as_array_mut().unwrap() {
+        if let Some(row) = row.as_object_mut() {
+            row.remove("wall_seconds");
+        }
+    }
+    page["rows"].clone()
+}
+
 /// Run rocsctl with `args` and kill it (as a closed terminal or a shutdown would) once
 /// `journal` has `lines` lines; the lines it has then.
 fn stopped_once_the_journal_has(args: &[String], journal: &std::path::Path, lines: usize) -> usize {
@@ -680,10 +698,7 @@ fn an_evaluation_stopped_part_way_resumes_where_it_stopped() {
     assert!(!out.join("random.md").exists());
 
     // The same command runs only the case that had not finished...
-    let (ok, _, err) = run(
-        &args(&out).iter().map(String::as_str).collect::<Vec<_>>(),
-        None,
-    );
+    let (ok, _, err) = run_owned(&args(&out));
     assert!(ok, "{err}");
     assert!(
         err.contains("resuming: 1 of 2 cases finished before"),
@@ -696,20 +711,12 @@ fn an_evaluation_stopped_part_way_resumes_where_it_stopped() {
     );
     // ...and its page has the rows a run from scratch gives.
     let fresh = dir.path().join("fresh");
-    let (ok, _, err) = run(
-        &args(&fresh).iter().map(String::as_str).collect::<Vec<_>>(),
-        None,
-    );
+    let (ok, _, err) = run_owned(&args(&fresh));
     assert!(ok && !err.contains("resuming"), "{err}");
-    let rows = |d: &std::path::Path| {
-        let text = std::fs::read_to_string(d.join("random.json")).unwrap();
-        let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
-        for row in v["rows"].as_array_mut().unwrap() {
-            row["wall_seconds"] = serde_json::Value::Null;
-        }
-        v["rows"].clone()
-    };
-    assert_eq!(rows(&out), rows(&fresh));
+    assert_eq!(
+        page_rows(&out, "random.json"),
+        page_rows(&fresh, "random.json")
+    );
 }
 
 #[test]
@@ -926,10 +933,7 @@ fn a_modern_row_stopped_part_way_resumes_from_its_finished_runs() {
     stopped_once_the_journal_has(&args(&out), &journal, 5);
     assert!(!out.join("modern.md").exists());
 
-    let (ok, _, err) = run(
-        &args(&out).iter().map(String::as_str).collect::<Vec<_>>(),
-        None,
-    );
+    let (ok, _, err) = run_owned(&args(&out));
     assert!(ok, "{err}");
     assert!(
         err.contains("resuming: 0 of 1 cases finished before, and"),
@@ -941,14 +945,10 @@ fn a_modern_row_stopped_part_way_resumes_from_its_finished_runs() {
         "the journal goes once the page is written"
     );
     let fresh = dir.path().join("fresh");
-    let (ok, _, err) = run(
-        &args(&fresh).iter().map(String::as_str).collect::<Vec<_>>(),
-        None,
-    );
+    let (ok, _, err) = run_owned(&args(&fresh));
     assert!(ok && !err.contains("made before"), "{err}");
-    let rows = |d: &std::path::Path| {
-        let text = std::fs::read_to_string(d.join("modern.json")).unwrap();
-        serde_json::from_str::<serde_json::Value>(&text).unwrap()["rows"].clone()
-    };
-    assert_eq!(rows(&out), rows(&fresh));
+    assert_eq!(
+        page_rows(&out, "modern.json"),
+        page_rows(&fresh, "modern.json")
+    );
 }
