@@ -601,3 +601,40 @@ fn a_profile_cut_short_by_a_sharer_that_exits_is_charged_the_window_it_sampled()
         "sampled in the window it was told of the exit in, then waits"
     );
 }
+
+#[test]
+fn a_profile_cut_short_by_its_cost_goes_on_once_the_target_can_afford_the_rest() {
+    // A sweep profiled at half speed: the profile ends with its first window, having seen
+    // a slice of the sweep, and the search over that slice finds nothing before the cost
+    // rule stops it (the cycles run so far are few). Once the target has run long enough
+    // for the profile's promise to pay for the rest, the profile goes on where it stopped.
+    let knobs = Knobs {
+        observe_windows: 3,
+        profile_windows: 2,
+        profile_max_windows: 8,
+        migration_cost_cycles: 40_000,
+        ..knobs()
+    };
+    let dear = |_, sampled| if sampled { 0.25 } else { 0.5 };
+    let (fake, events) = run_with(&[(1, Pattern::SweepAndReuse)], 200, knobs, dear);
+    let stacks: Vec<usize> = events[&1]
+        .iter()
+        .filter_map(|e| match e {
+            EventKind::Profiled { stack_pages, .. } => Some(*stack_pages),
+            _ => None,
+        })
+        .collect();
+    let went_on = events[&1].iter().any(|e| {
+        matches!(e, EventKind::Transition { to: State::Profile, reason, .. }
+            if reason.contains("goes on"))
+    });
+    assert!(went_on, "{:?}", events[&1]);
+    assert_eq!(
+        fake.sampled_windows[&1], 8,
+        "the profile's first window, then the rest up to profile_max_windows"
+    );
+    assert!(
+        stacks.len() == 2 && stacks[1] > 2 * stacks[0],
+        "the second stack holds more of the sweep: {stacks:?}"
+    );
+}

@@ -22,6 +22,9 @@ pub(super) struct Spending {
     fruitless_cycles: f64,
     /// Fruitless attempts in a row.
     fruitless_attempts: u32,
+    /// What the last attempt cost, its restores included, while it may be resumed: it was
+    /// fruitless, and no attempt has started since.
+    resumable: Option<f64>,
 }
 
 impl Spending {
@@ -33,6 +36,25 @@ impl Spending {
     /// An attempt starts.
     pub fn start(&mut self) {
         self.attempt = Some(0.0);
+        self.resumable = None;
+    }
+
+    /// The last attempt, fruitless so far, goes on (if there is one to resume): what it
+    /// cost is its own again, not a fruitless attempt's.
+    pub fn resume(&mut self) {
+        if let Some(cost) = self.resumable.take() {
+            self.fruitless_cycles = (self.fruitless_cycles - cost).max(0.0);
+            self.fruitless_attempts = self.fruitless_attempts.saturating_sub(1);
+            self.attempt = Some(cost);
+        }
+    }
+
+    /// Whether the last attempt, resumed, could spend `next` more cycles within what
+    /// `gain` (a relative gain) could win back over as many cycles again as the target
+    /// has run (see [`Spending::over_what_it_could_win`]).
+    pub fn could_resume(&self, gain: f64, next: f64) -> bool {
+        self.resumable
+            .is_some_and(|cost| cost + next <= gain * self.cycles_seen as f64)
     }
 
     /// The attempt in progress cost `cycles` (a profile window's sampling, a probe window
@@ -49,7 +71,12 @@ impl Spending {
     pub fn moved(&mut self, cycles: f64) {
         match self.attempt.as_mut() {
             Some(cost) => *cost += cycles,
-            None if self.fruitless_attempts > 0 => self.fruitless_cycles += cycles,
+            None if self.fruitless_attempts > 0 => {
+                self.fruitless_cycles += cycles;
+                if let Some(cost) = self.resumable.as_mut() {
+                    *cost += cycles;
+                }
+            }
             None => {}
         }
     }
@@ -62,11 +89,13 @@ impl Spending {
         if fruitful {
             self.fruitless_cycles = 0.0;
             self.fruitless_attempts = 0;
+            self.resumable = None;
         } else {
             // Probes that measured faster than k = 0 were noise, not a gain to bank: an
             // attempt costs nothing at least, never less.
             self.fruitless_cycles += cost.max(0.0);
             self.fruitless_attempts += 1;
+            self.resumable = Some(cost.max(0.0));
         }
     }
 

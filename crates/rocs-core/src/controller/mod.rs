@@ -79,6 +79,12 @@ enum Stage {
         /// beyond what the platform says sampling cost.
         cycles: u64,
         excess_cost: f64,
+        /// What the profile's windows cost the target (their slowdown or their sampling,
+        /// whichever is more).
+        spent: f64,
+        /// A profile that ended on its cost before it had seen the program whole, taken
+        /// up again (see [`Deferred`]): it goes on while its promise pays for it.
+        continued: bool,
     },
     /// Boxed: a search's state is many times the size of the other stages'.
     Search(Box<SearchRun>),
@@ -116,6 +122,29 @@ impl Stage {
     }
 }
 
+/// A profile that ended on its cost while each window still found many new pages.
+#[derive(Clone, Copy, Debug)]
+struct ProfileCut {
+    windows: u32,
+    /// What one of its windows cost the target, on average (cycles).
+    window_cost: f64,
+}
+
+/// An attempt whose profile ended on its cost before it had seen the program whole, and
+/// whose search the cost rule then stopped, having found no gain, before a probe it had
+/// not measured: both costs were judged against the cycles run so far, and early in a long
+/// run those are few. The profile is taken up again once the target has run long enough
+/// for the promise to pay for the rest of it and that probe's moves, and a search over the
+/// whole stack follows. A phase change or a change of sharers drops it.
+#[derive(Clone, Copy, Debug)]
+struct Deferred {
+    profile: ProfileCut,
+    /// What the refused probe's moves cost (cycles).
+    moves: f64,
+    /// The target's MPKI at k = 0 in the search: the misses its promise is a share of.
+    mpki: f64,
+}
+
 /// The controller of one target.
 #[derive(Clone, Debug)]
 pub struct Controller {
@@ -138,6 +167,10 @@ pub struct Controller {
     fruitless: u32,
     /// What attempts (a profile and its search) cost, and when the next may start.
     spending: Spending,
+    /// The last profile ended on its cost before it had seen the program whole.
+    profile_cut: Option<ProfileCut>,
+    /// An attempt to take up again when the target can afford it.
+    deferred: Option<Deferred>,
     /// CPU time the platform says sampling cost since the last window.
     sampling_ns: u64,
     /// The other targets of the LLC the kept placement was chosen for (empty when it is
@@ -200,6 +233,8 @@ impl Controller {
             promise: None,
             fruitless: 0,
             spending: Spending::default(),
+            profile_cut: None,
+            deferred: None,
             sampling_ns: 0,
             beneficiaries: BTreeSet::new(),
             placed: None,
@@ -397,11 +432,13 @@ impl Controller {
                     reference_ipc,
                     cycles,
                     excess_cost,
+                    spent,
                     ..
                 } => {
                     let slower = slower_than(&delta, *reference_ipc);
                     *cycles += delta.cycles;
                     *excess_cost += (slower - sampling).max(0.0);
+                    *spent += slower.max(sampling);
                     self.spending.spent(slower.max(sampling));
                 }
                 Stage::Observe { .. } | Stage::Steady { .. } => {
@@ -421,6 +458,7 @@ impl Controller {
         // The window is charged to the stage it ran in (a profile's sampling included)
         // before a change of sharers ends that stage.
         if context.sharers_changed {
+            self.deferred = None;
             self.abandon_attempt(out);
             self.undo_for_sharers(&context.running_sharers, out);
             self.reverify_waits = false;
@@ -504,11 +542,14 @@ impl Controller {
             windows,
             pages_seen,
             ipcs,
+            spent,
+            continued,
             ..
         } = &mut self.stage
         else {
             return;
         };
+        let (spent, continued) = (*spent, *continued);
         *windows += 1;
         if ran {
             ipcs.push((self.stats.windows, delta.ipc()));
@@ -520,10 +561,37 @@ impl Controller {
         let new_pages = pages - std::mem::replace(pages_seen, pages);
         let saturated = new_pages as f64 <= self.knobs.profile_saturation * pages as f64;
         let (windows, min_windows) = (*windows, self.knobs.profile_windows);
-        if windows >= self.knobs.profile_max_windows
-            || self.profiling_costs_too_much(windows)
+        let max_windows = self.knobs.profile_max_windows;
+        if continued {
+            // Taken up again because its promise pays for it: it goes on while it does.
+            let window_cost = spent / f64::from(windows.max(1));
+            let unpaid = self
+                .spending
+                .over_what_it_could_win(self.bounding_promise(), window_cost)
+                .is_some();
+            if windows >= max_windows || saturated || unpaid {
+                self.profile_cut =
+                    (unpaid && !saturated && windows < max_windows).then_some(ProfileCut {
+                        windows,
+                        window_cost,
+                    });
+                self.finish_profile(context, out);
+            }
+            return;
+        }
+        let too_costly = self.profiling_costs_too_much(windows);
+        if windows >= max_windows
+            || too_costly
             || (windows >= min_windows && (saturated || self.promises_nothing(context)))
         {
+            // Ended on its cost while each window still found many new pages: a sweep it
+            // has not seen whole. A search that cannot afford to look further may take the
+            // profile up again later (see `Deferred`).
+            self.profile_cut =
+                (too_costly && !saturated && windows < max_windows).then(|| ProfileCut {
+                    windows,
+                    window_cost: spent / f64::from(windows.max(1)),
+                });
             self.finish_profile(context, out);
         }
     }
@@ -573,6 +641,9 @@ impl Controller {
             return;
         }
         if turn == Turn::Granted && self.reverify_due && self.reverify(out) {
+            return;
+        }
+        if turn == Turn::Granted && self.take_up_deferred(delta, out) {
             return;
         }
         let Stage::Steady {
@@ -630,6 +701,8 @@ impl Controller {
     /// Start an attempt: a profile, then a search if the profile promises something.
     fn start_profile(&mut self, reason: String, out: &mut Vec<Action>) {
         self.spending.start();
+        self.deferred = None;
+        self.profile_cut = None;
         self.beneficiaries.clear();
         self.placed = None;
         self.reverify_due = false;
@@ -643,6 +716,8 @@ impl Controller {
             reference_ipc: self.unsampled_ipc,
             cycles: 0,
             excess_cost: 0.0,
+            spent: 0.0,
+            continued: false,
         };
         self.transition(profile, reason, out);
         self.sampling = true;
@@ -650,6 +725,54 @@ impl Controller {
             period: self.knobs.sample_period,
             cpu_budget: self.knobs.sample_cpu_budget,
         }));
+    }
+
+    /// Take up the deferred attempt if the target can now afford its next step (see
+    /// [`Deferred`]). Returns true if it did.
+    /// Only while the target still misses as it did then: misses that fell away since
+    /// (an LLC that was still warming, a burst that ended) leave nothing for the rest of
+    /// the profile to find (spr-like cg-like at full length: a profile taken up at MPKI 5.8
+    /// where the search had seen 15, to find its target missing too little to profile).
+    fn take_up_deferred(&mut self, delta: &CounterDelta, out: &mut Vec<Action>) -> bool {
+        let Some(d) = self.deferred else {
+            return false;
+        };
+        if !self.worth_profiling(delta) || delta.mpki() < (1.0 - self.knobs.phase_band) * d.mpki {
+            return false;
+        }
+        let promise = self.bounding_promise();
+        let p = d.profile;
+        let left = f64::from(self.knobs.profile_max_windows.saturating_sub(p.windows));
+        if !self
+            .spending
+            .could_resume(promise, p.window_cost * left + d.moves)
+        {
+            return false;
+        }
+        self.deferred = None;
+        self.spending.resume();
+        let reason = format!(
+            "the attempt cut short by its cost goes on: its profile had not seen the program \
+             whole, and the {:.1}% it promises now pays for the rest",
+            promise * 100.0
+        );
+        let profile = Stage::Profile {
+            windows: p.windows,
+            pages_seen: self.profile.len(),
+            ipcs: Vec::new(),
+            reference_ipc: self.unsampled_ipc,
+            cycles: 0,
+            excess_cost: 0.0,
+            spent: 0.0,
+            continued: true,
+        };
+        self.transition(profile, reason, out);
+        self.sampling = true;
+        out.push(Action::StartSampling(SamplingPlan {
+            period: self.knobs.sample_period,
+            cpu_budget: self.knobs.sample_cpu_budget,
+        }));
+        true
     }
 
     fn stop_sampling(&mut self, out: &mut Vec<Action>) {

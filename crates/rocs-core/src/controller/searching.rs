@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use super::group::GroupJudge;
 use super::messages::{Action, ColourReport, EventKind, MemberWindow, SharerPace, WindowContext};
-use super::{Controller, Stage};
+use super::{Controller, Deferred, Stage};
 use crate::knobs::SearchMode;
 use crate::regions::{build_stack, pool_regions, RegionParams, RegionPool, StackBuild};
 use crate::search::{resolvable_gain, Next, Search};
@@ -79,6 +79,8 @@ pub(super) struct SearchRun {
     /// search's first k = 0 windows apart: how much a window scatters.
     profile_ipcs: Vec<f64>,
     unmoved: Vec<f64>,
+    /// The MPKI of the `unmoved` windows.
+    unmoved_mpki: Vec<f64>,
     /// The search ended before its first move because the windows scatter too much to
     /// tell any gain the profile promises: the smallest relative gain they could tell.
     too_noisy: Option<f64>,
@@ -86,6 +88,9 @@ pub(super) struct SearchRun {
     /// moves would have cost, more than its promise could win back: what it had cost and
     /// what that probe's moves would have added, in cycles.
     overspent: Option<(f64, f64)>,
+    /// The probe the cost rule refused had not been measured: the search had not looked
+    /// there at all.
+    refused_unmeasured: bool,
     /// Each sharer's pace at each `k` measured (the last measurement), for a search judged
     /// by the LLC group.
     paces: BTreeMap<usize, Vec<SharerPace>>,
@@ -667,6 +672,7 @@ impl Controller {
         let (ipc, mpki) = (delta.ipc(), delta.mpki());
         if k == 0 && run.moved_at.is_none() {
             run.unmoved.push(ipc);
+            run.unmoved_mpki.push(mpki);
         }
         let mut value = ipc;
         let mut sharers = Vec::new();
@@ -802,7 +808,13 @@ impl Controller {
         let Some(cost) = self.over_what_it_could_win(moves) else {
             return next;
         };
-        self.run_mut().expect("searching").overspent = Some((cost - moves, moves));
+        let measured = self
+            .search
+            .as_ref()
+            .is_some_and(|s| s.measurements().count(k) > 0);
+        let run = self.run_mut().expect("searching");
+        run.overspent = Some((cost - moves, moves));
+        run.refused_unmeasured = !measured;
         let search = self.search.as_mut().expect("searching");
         if search.conclude() {
             search.next_step()
@@ -894,6 +906,23 @@ impl Controller {
                      cycles again as the target has run",
                     cost / 1e6,
                 );
+                // Nothing found, and nothing looked at where the promise lies: the attempt
+                // waits for the target to have run long enough to pay for its next step.
+                let deferrable = k == 0
+                    && self.knobs.search == SearchMode::Adaptive
+                    && !run.judged_by_group
+                    && self.own_promise().is_some()
+                    && run.refused_unmeasured;
+                let mpki = crate::search::moments(&run.unmoved_mpki).0;
+                if let (true, Some(profile)) = (deferrable, self.profile_cut) {
+                    self.deferred = Some(Deferred {
+                        moves: next_moves,
+                        profile,
+                        mpki,
+                    });
+                    reason += "; its profile had not seen the program whole: the attempt goes \
+                               on once the target has run long enough to pay for the rest";
+                }
             } else if k == 0 && run.baseline_loud == 0 && run.baseline_quiet > 0 {
                 reason += "; at k = 0 the target missed too little to be worth profiling: nothing to gain";
             }
@@ -1001,7 +1030,7 @@ impl Controller {
     /// search only for other targets' gain, `min_promise`, the least gain worth a search.
     /// Unbounded, such a search explored its whole stack however little it found (a random
     /// tenant moved its pages for a sharer's gain that never came, and lost 9%).
-    fn bounding_promise(&self) -> f64 {
+    pub(super) fn bounding_promise(&self) -> f64 {
         self.own_promise().unwrap_or(self.knobs.min_promise)
     }
 
