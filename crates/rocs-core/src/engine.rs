@@ -194,6 +194,12 @@ impl Engine {
                     .filter(|(&p, _)| p != pid)
                     .map(|(_, d)| d.llc_misses)
                     .sum(),
+                sharers_spending: self
+                    .members
+                    .iter()
+                    .filter(|(&p, _)| p != pid)
+                    .map(|(_, m)| m.ctrl.spent_on_fruitless())
+                    .sum(),
             };
             let delta = self.window[&pid];
             let member = self.members.get_mut(&pid).expect("a member");

@@ -176,7 +176,9 @@ pub struct Knobs {
     /// The share of the target's cycles (0.01 = 1%) that attempts which confine nothing
     /// may cost: after one, the next profile waits until what fruitless attempts cost is
     /// at most this share of the cycles the target has run, and the share halves with
-    /// each fruitless attempt in a row. A search that confines something resets it.
+    /// each fruitless attempt in a row. A search that confines something resets it. The
+    /// targets of one LLC share the budget: their fruitless attempts' cycles, attempts in
+    /// a row and cycles run are summed.
     pub overhead_budget: f64,
 }
 

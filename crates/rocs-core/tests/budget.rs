@@ -62,6 +62,8 @@ struct Fake {
     moved: BTreeMap<Pid, usize>,
     /// Windows a target sampled in.
     sampled_windows: BTreeMap<Pid, u64>,
+    /// The window a target first started sampling in.
+    first_sampled: BTreeMap<Pid, u64>,
     ipc: IpcOf,
     windows: u64,
 }
@@ -70,6 +72,7 @@ impl Sampler for Fake {
     type Error = Infallible;
     fn start(&mut self, pid: Pid, _: &SamplingPlan) -> Result<(), Infallible> {
         self.sampling.insert(pid);
+        self.first_sampled.entry(pid).or_insert(self.windows);
         Ok(())
     }
     fn stop(&mut self, pid: Pid) -> Result<(), Infallible> {
@@ -203,6 +206,7 @@ fn run_on(
         sampling: BTreeSet::new(),
         moved: BTreeMap::new(),
         sampled_windows: BTreeMap::new(),
+        first_sampled: BTreeMap::new(),
         ipc,
         windows: 0,
     };
@@ -359,6 +363,40 @@ fn fruitless_attempts_cost_at_most_the_overhead_budget_after_the_first() {
 }
 
 #[test]
+fn the_targets_of_an_llc_share_one_overhead_budget() {
+    // Two tenants with nothing to win, their phases changing every 20 windows as above,
+    // profiling at half speed. Each could afford a first attempt of its own, but the cache
+    // they share pays for both: once the first tenant's profile found nothing (four
+    // windows at half speed, two windows' cycles), the second waits until that is 1% of
+    // the cycles both ran, some 100 windows each, instead of profiling at once.
+    let knobs = Knobs {
+        overhead_budget: 0.01,
+        profile_windows: 4,
+        sample_cpu_budget: 0.5,
+        ..knobs()
+    };
+    let ipc = |w: u64, sampled: bool| {
+        let phase = if (w / 20).is_multiple_of(2) { 0.5 } else { 0.3 };
+        if sampled {
+            phase / 2.0
+        } else {
+            phase
+        }
+    };
+    let targets = [(1, Pattern::Uniform), (2, Pattern::Uniform)];
+    let (fake, _) = run_with(&targets, 300, knobs, ipc);
+    let first = &fake.first_sampled;
+    assert!(
+        first[&1] < 5,
+        "the first tenant profiles at once: {first:?}"
+    );
+    assert!(
+        first[&2] >= 80,
+        "the second waits for the budget: {first:?}"
+    );
+}
+
+#[test]
 fn a_profile_that_slows_its_target_beyond_the_sampling_budget_ends_with_the_window_that_shows_it() {
     // A sweep finds new pages every window, so its profile goes on to its longest; unless
     // profiling halves the target's speed (a machine that profiles with its prefetchers
@@ -428,6 +466,7 @@ fn first_profile_window(targets: &[Pid], llc_lines: u64) -> BTreeMap<Pid, u64> {
         sampling: BTreeSet::new(),
         moved: BTreeMap::new(),
         sampled_windows: BTreeMap::new(),
+        first_sampled: BTreeMap::new(),
         ipc: |_, _| 0.5,
         windows: 0,
     };
@@ -571,6 +610,7 @@ fn a_profile_cut_short_by_a_sharer_that_exits_is_charged_the_window_it_sampled()
         sampling: BTreeSet::new(),
         moved: BTreeMap::new(),
         sampled_windows: BTreeMap::new(),
+        first_sampled: BTreeMap::new(),
         ipc: |_, sampled| if sampled { 0.4 } else { 0.5 },
         windows: 0,
     };

@@ -10,6 +10,42 @@
 //! (`overhead_budget`), a share that halves with each fruitless attempt in a row. So a
 //! target with nothing to gain pays for its first attempt and then for ever fewer, and
 //! its overhead tends to zero, however often its phases seem to change.
+//!
+//! The targets of one LLC share that budget: what each spent on fruitless attempts, the
+//! attempts in a row and the cycles run are summed over them. Each would otherwise have a
+//! first attempt of its own, and the attempts of two to four tenants, each new mix of them
+//! giving each a reason to try again, cost more than any one's budget (on random.md's
+//! shared runs, a budget per target left three profiles a run).
+
+/// What targets have spent on fruitless attempts: one target's, or the sum over the other
+/// targets of its LLC.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct SharedSpending {
+    /// Cycles lost by fruitless attempts since each target's last fruitful one.
+    pub fruitless_cycles: f64,
+    /// Fruitless attempts in a row.
+    pub fruitless_attempts: u32,
+    /// Cycles the targets ran.
+    pub cycles_seen: u64,
+}
+
+impl std::ops::Add for SharedSpending {
+    type Output = SharedSpending;
+
+    fn add(self, other: SharedSpending) -> SharedSpending {
+        SharedSpending {
+            fruitless_cycles: self.fruitless_cycles + other.fruitless_cycles,
+            fruitless_attempts: self.fruitless_attempts + other.fruitless_attempts,
+            cycles_seen: self.cycles_seen + other.cycles_seen,
+        }
+    }
+}
+
+impl std::iter::Sum for SharedSpending {
+    fn sum<I: Iterator<Item = SharedSpending>>(iter: I) -> SharedSpending {
+        iter.fold(SharedSpending::default(), |a, b| a + b)
+    }
+}
 
 /// The cost of the attempt in progress and of the fruitless ones before it.
 #[derive(Clone, Debug, Default)]
@@ -99,22 +135,20 @@ impl Spending {
         }
     }
 
-    /// The share of its cycles the target may spend on attempts now: `budget`, halved for
-    /// each fruitless attempt in a row after the first.
-    fn share(&self, budget: f64) -> f64 {
-        let halvings = self.fruitless_attempts.saturating_sub(1).min(30);
-        budget / f64::from(1u32 << halvings)
-    }
-
-    /// Whether a new attempt fits in `budget` (a share of the cycles seen).
-    pub fn may_try(&self, budget: f64) -> bool {
-        self.affords(budget, 0.0)
+    /// What this target spent on fruitless attempts, for its sharers' budget.
+    pub fn shared(&self) -> SharedSpending {
+        SharedSpending {
+            fruitless_cycles: self.fruitless_cycles,
+            fruitless_attempts: self.fruitless_attempts,
+            cycles_seen: self.cycles_seen,
+        }
     }
 
     /// Whether an attempt that may cost `cycles` fits in `budget` now, with what fruitless
-    /// attempts have cost already.
-    pub fn affords(&self, budget: f64, cycles: f64) -> bool {
-        self.fruitless_cycles + cycles <= self.share(budget) * self.cycles_seen as f64
+    /// attempts of the target and its `sharers` have cost already.
+    pub fn affords(&self, budget: f64, cycles: f64, sharers: SharedSpending) -> bool {
+        let all = self.shared() + sharers;
+        all.fruitless_cycles + cycles <= share(budget, &all) * all.cycles_seen as f64
     }
 
     /// What the attempt in progress will have cost once it spends `next` more cycles, if
@@ -126,23 +160,38 @@ impl Spending {
         (cost > gain * self.cycles_seen as f64).then_some(cost)
     }
 
-    /// What fruitless attempts have cost, as a share of the cycles seen, and the share
-    /// allowed now (for the reasons the controller gives).
-    pub fn shares(&self, budget: f64) -> (f64, f64) {
-        let seen = self.cycles_seen.max(1) as f64;
-        (self.fruitless_cycles / seen, self.share(budget))
+    /// What fruitless attempts of the target and its `sharers` have cost, as a share of
+    /// the cycles they ran, and the share allowed now (for the reasons the controller
+    /// gives).
+    pub fn shares(&self, budget: f64, sharers: SharedSpending) -> (f64, f64) {
+        let all = self.shared() + sharers;
+        let seen = all.cycles_seen.max(1) as f64;
+        (all.fruitless_cycles / seen, share(budget, &all))
     }
+}
+
+/// The share of their cycles targets may spend on attempts now: `budget`, halved for each
+/// fruitless attempt in a row after the first.
+fn share(budget: f64, spent: &SharedSpending) -> f64 {
+    let halvings = spent.fruitless_attempts.saturating_sub(1).min(30);
+    budget / f64::from(1u32 << halvings)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    const NONE: SharedSpending = SharedSpending {
+        fruitless_cycles: 0.0,
+        fruitless_attempts: 0,
+        cycles_seen: 0,
+    };
+
     #[test]
     fn a_fruitless_attempt_waits_for_its_cost_to_be_a_budget_share_and_the_share_halves() {
         let mut s = Spending::default();
         s.window(3000);
-        assert!(s.may_try(0.01), "the first attempt is free");
+        assert!(s.affords(0.01, 0.0, NONE), "the first attempt is free");
         s.start();
         s.spent(500.0);
         s.moved(400.0);
@@ -150,28 +199,28 @@ mod tests {
         s.end(false);
         // Its restores, after it ended, count too: 1000 cycles lost in all.
         s.moved(300.0);
-        assert_eq!(s.shares(0.01).0, 1000.0 / 3000.0);
+        assert_eq!(s.shares(0.01, NONE).0, 1000.0 / 3000.0);
         // Wait until 1000 cycles are 1% of the cycles seen.
         s.window(96_000);
-        assert!(!s.may_try(0.01));
+        assert!(!s.affords(0.01, 0.0, NONE));
         s.window(1000);
-        assert!(s.may_try(0.01));
+        assert!(s.affords(0.01, 0.0, NONE));
         // A second fruitless attempt: 100 more cycles, and the share halves.
         s.start();
         s.spent(100.0);
         s.end(false);
-        assert_eq!(s.shares(0.01).1, 0.005);
+        assert_eq!(s.shares(0.01, NONE).1, 0.005);
         s.window(119_000);
-        assert!(!s.may_try(0.01));
+        assert!(!s.affords(0.01, 0.0, NONE));
         s.window(1000);
-        assert!(s.may_try(0.01), "{:?}", s.shares(0.01));
+        assert!(s.affords(0.01, 0.0, NONE), "{:?}", s.shares(0.01, NONE));
         // A fruitful attempt forgives the fruitless ones, and its moves cost nothing more.
         s.start();
         s.spent(1e9);
         s.end(true);
         s.moved(1e9);
-        assert!(s.may_try(0.01));
-        assert_eq!(s.shares(0.01), (0.0, 0.01));
+        assert!(s.affords(0.01, 0.0, NONE));
+        assert_eq!(s.shares(0.01, NONE), (0.0, 0.01));
     }
 
     #[test]
@@ -181,7 +230,37 @@ mod tests {
         s.start();
         s.spent(-500.0);
         s.end(false);
-        assert_eq!(s.shares(0.01).0, 0.0);
-        assert!(s.may_try(0.01));
+        assert_eq!(s.shares(0.01, NONE).0, 0.0);
+        assert!(s.affords(0.01, 0.0, NONE));
+    }
+
+    #[test]
+    fn the_targets_of_an_llc_share_one_budget() {
+        // A target that has not tried yet, beside one whose fruitless attempt cost 2% of
+        // the 100,000 cycles it ran: the LLC has spent 2,000 of 200,000 cycles, 1%.
+        let mut s = Spending::default();
+        s.window(100_000);
+        let sharer = SharedSpending {
+            fruitless_cycles: 2_000.0,
+            fruitless_attempts: 1,
+            cycles_seen: 100_000,
+        };
+        assert!(
+            s.affords(0.01, 0.0, NONE),
+            "alone, its first attempt is free"
+        );
+        assert!(s.affords(0.01, 0.0, sharer));
+        assert_eq!(s.shares(0.01, sharer), (0.01, 0.01));
+        // A second fruitless attempt among them halves the share for both.
+        let twice = SharedSpending {
+            fruitless_attempts: 2,
+            ..sharer
+        };
+        assert!(!s.affords(0.01, 0.0, twice));
+        // It waits until the LLC's cycles make 2,000 half a percent.
+        s.window(200_000);
+        assert!(s.affords(0.01, 0.0, twice));
+        // What a probe would cost counts as well.
+        assert!(!s.affords(0.01, 1.0, twice));
     }
 }

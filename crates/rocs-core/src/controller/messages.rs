@@ -5,6 +5,7 @@ use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
+use super::SharedSpending;
 use crate::{
     CounterDelta, Errno, MemSample, PageResult, Pid, Placement, SampleLoss, SamplingPlan, VirtPage,
 };
@@ -266,6 +267,9 @@ pub struct WindowContext {
     /// LLC misses of the other targets of the LLC in this window: they fill the cache the
     /// target shares.
     pub sharer_misses: u64,
+    /// What the other targets of the LLC spent on fruitless attempts: the targets of one
+    /// LLC share the overhead budget.
+    pub sharers_spending: SharedSpending,
 }
 
 impl Default for WindowContext {
@@ -277,6 +281,7 @@ impl Default for WindowContext {
             sharers_miss: false,
             running_sharers: BTreeSet::new(),
             sharer_misses: 0,
+            sharers_spending: SharedSpending::default(),
         }
     }
 }

@@ -40,6 +40,7 @@ use crate::{
     CacheGeometry, Colour, CounterDelta, MemSample, MissRateStack, PageProfile, Pid, SamplingPlan,
     VirtPage,
 };
+pub use budget::SharedSpending;
 use budget::Spending;
 use ledger::PageLedger;
 use searching::{PhaseMemory, SearchRun};
@@ -167,6 +168,8 @@ pub struct Controller {
     fruitless: u32,
     /// What attempts (a profile and its search) cost, and when the next may start.
     spending: Spending,
+    /// What the other targets of the LLC spent on fruitless attempts, as of the last window.
+    sharers_spending: SharedSpending,
     /// The last profile ended on its cost before it had seen the program whole.
     profile_cut: Option<ProfileCut>,
     /// An attempt to take up again when the target can afford it.
@@ -233,6 +236,7 @@ impl Controller {
             promise: None,
             fruitless: 0,
             spending: Spending::default(),
+            sharers_spending: SharedSpending::default(),
             profile_cut: None,
             deferred: None,
             sampling_ns: 0,
@@ -269,6 +273,25 @@ impl Controller {
         let ordinary = colours.saturating_sub(self.pollute.len() as u64);
         self.llc_room_pages = pages * ordinary / colours;
         self.colour_pages = llc.ways * llc.slices;
+    }
+
+    /// What this target spent on fruitless attempts, for its sharers' budget.
+    pub fn spent_on_fruitless(&self) -> SharedSpending {
+        self.spending.shared()
+    }
+
+    /// Whether an attempt that may cost `cycles` fits in the overhead budget the targets
+    /// of the LLC share.
+    fn affords(&self, cycles: f64) -> bool {
+        self.spending
+            .affords(self.knobs.overhead_budget, cycles, self.sharers_spending)
+    }
+
+    /// What fruitless attempts on the LLC cost, as a share of the cycles its targets ran,
+    /// and the share allowed now.
+    fn budget_shares(&self) -> (f64, f64) {
+        self.spending
+            .shares(self.knobs.overhead_budget, self.sharers_spending)
     }
 
     pub fn pid(&self) -> Pid {
@@ -421,6 +444,7 @@ impl Controller {
             .saturating_add(delta.llc_misses)
             .saturating_add(context.sharer_misses);
         self.sharers_now.clone_from(&context.running_sharers);
+        self.sharers_spending = context.sharers_spending;
         // A window in which the target did not run says nothing about it.
         let ran = delta.cycles > 0 && delta.instructions > 0;
         let sampling_ns = std::mem::take(&mut self.sampling_ns);
@@ -503,13 +527,12 @@ impl Controller {
     fn observe_window(&mut self, delta: &CounterDelta, turn: Turn, out: &mut Vec<Action>) {
         let cold = self.llc_misses_seen < self.llc_lines;
         let worth = self.worth_profiling(delta) && !cold;
+        let may_try = self.affords(0.0);
         let Stage::Observe { streak, waiting } = &mut self.stage else {
             return;
         };
         *streak = if worth { *streak + 1 } else { 0 };
-        if *streak < self.knobs.observe_windows
-            || !self.spending.may_try(self.knobs.overhead_budget)
-        {
+        if *streak < self.knobs.observe_windows || !may_try {
             return;
         }
         let reason = format!(
@@ -681,13 +704,13 @@ impl Controller {
         if !self.worth_profiling(delta) {
             let reason = format!("{reason}; the new phase misses too little to profile");
             self.transition(Stage::observe(), reason, out);
-        } else if !self.spending.may_try(self.knobs.overhead_budget) {
+        } else if !self.affords(0.0) {
             // Observe profiles once the budget allows, if the phase still misses then.
-            let (spent, share) = self.spending.shares(self.knobs.overhead_budget);
+            let (spent, share) = self.budget_shares();
             let reason = format!(
                 "{reason}; not profiled yet: fruitless attempts cost {:.2}% of the cycles \
-                 so far, over the {:.2}% allowed now (overhead_budget, halved for each \
-                 fruitless attempt in a row)",
+                 so far (this target's and those sharing its LLC), over the {:.2}% allowed \
+                 now (overhead_budget, halved for each fruitless attempt in a row)",
                 spent * 100.0,
                 share * 100.0
             );

@@ -405,7 +405,7 @@ impl Controller {
         };
         let k = *k;
         let cost = 3.0 * k as f64 * self.knobs.migration_cost_cycles as f64;
-        let affordable = self.spending.affords(self.knobs.overhead_budget, cost);
+        let affordable = self.affords(cost);
         if !affordable && self.reverify_waits {
             return false;
         }
@@ -417,11 +417,12 @@ impl Controller {
         );
         if !affordable {
             self.reverify_waits = true;
-            let (spent, share) = self.spending.shares(self.knobs.overhead_budget);
+            let (spent, share) = self.budget_shares();
             let reason = format!(
                 "{change}; measuring it against k = 0 again may move {} pages ({:.2} M \
-                 cycles), which with the {:.2}% of its cycles fruitless attempts cost is \
-                 over the {:.2}% allowed now: kept as it is until that fits",
+                 cycles), which with the {:.2}% of the cycles fruitless attempts cost \
+                 (this target's and those sharing its LLC) is over the {:.2}% allowed \
+                 now: kept as it is until that fits",
                 3 * k,
                 cost / 1e6,
                 spent * 100.0,
