@@ -307,25 +307,33 @@ fn a_target_searches_for_a_sharer_whose_reused_data_misses_with_its_streams_only
     assert!(said, "{:?}", events[&2]);
 }
 
-/// A lone target with nothing to win whose phases change every 20 windows (IPC 0.5, then
-/// 0.3), whose profiles take 4 windows and whose IPC sampling halves (as its sampling
-/// budget allows); returns the windows it spent profiling and how many profiles it took.
-fn fruitless_phases(overhead_budget: f64, windows: usize) -> (u64, usize) {
-    let knobs = Knobs {
+/// Profiles of 4 windows, with `overhead_budget`, at a sampling budget of half the core.
+fn phased_knobs(overhead_budget: f64) -> Knobs {
+    Knobs {
         overhead_budget,
         profile_windows: 4,
         sample_cpu_budget: 0.5,
         ..knobs()
-    };
-    let ipc = |w: u64, sampled: bool| {
-        let phase = if (w / 20).is_multiple_of(2) { 0.5 } else { 0.3 };
-        if sampled {
-            phase / 2.0
-        } else {
-            phase
-        }
-    };
-    let (fake, events) = run_with(&[(1, Pattern::Uniform)], windows, knobs, ipc);
+    }
+}
+
+/// Phases that change every 20 windows (IPC 0.5, then 0.3); sampling halves the IPC (as
+/// [`phased_knobs`]'s sampling budget allows).
+fn phased_ipc(w: u64, sampled: bool) -> f64 {
+    let phase = if (w / 20).is_multiple_of(2) { 0.5 } else { 0.3 };
+    if sampled {
+        phase / 2.0
+    } else {
+        phase
+    }
+}
+
+/// A lone target with nothing to win whose phases change every 20 windows, whose profiles
+/// take 4 windows at half speed; returns the windows it spent profiling and how many
+/// profiles it took.
+fn fruitless_phases(overhead_budget: f64, windows: usize) -> (u64, usize) {
+    let knobs = phased_knobs(overhead_budget);
+    let (fake, events) = run_with(&[(1, Pattern::Uniform)], windows, knobs, phased_ipc);
     let profiles = events[&1]
         .iter()
         .filter(|e| matches!(e, EventKind::Profiled { .. }))
@@ -369,22 +377,8 @@ fn the_targets_of_an_llc_share_one_overhead_budget() {
     // they share pays for both: once the first tenant's profile found nothing (four
     // windows at half speed, two windows' cycles), the second waits until that is 1% of
     // the cycles both ran, some 100 windows each, instead of profiling at once.
-    let knobs = Knobs {
-        overhead_budget: 0.01,
-        profile_windows: 4,
-        sample_cpu_budget: 0.5,
-        ..knobs()
-    };
-    let ipc = |w: u64, sampled: bool| {
-        let phase = if (w / 20).is_multiple_of(2) { 0.5 } else { 0.3 };
-        if sampled {
-            phase / 2.0
-        } else {
-            phase
-        }
-    };
     let targets = [(1, Pattern::Uniform), (2, Pattern::Uniform)];
-    let (fake, _) = run_with(&targets, 300, knobs, ipc);
+    let (fake, _) = run_with(&targets, 300, phased_knobs(0.01), phased_ipc);
     let first = &fake.first_sampled;
     assert!(
         first[&1] < 5,
