@@ -16,7 +16,8 @@
 # trace holds tens of millions of references (a few with --quick), and the simulator
 # replays it in a loop to reach a steady state.
 #
-# Needs: valgrind sqlite3 xz-utils bzip2 coreutils python3 redis-server (redis-tools).
+# Needs: valgrind sqlite3 xz-utils bzip2 coreutils python3 redis-server (redis-tools),
+# util-linux (setarch).
 # ROCSCTL=path selects the rocsctl binary (default: a release build of this tree).
 set -euo pipefail
 
@@ -87,14 +88,24 @@ manifest=$work/manifest.toml
 : > "$manifest"
 made=()
 
+# fixed COMMAND...: run COMMAND from / with address-space randomisation off and a fixed
+# environment. Lackey records addresses, and the stack, the heap and the libraries move with
+# randomisation, the size of the environment and the working directory; so fixed, a program
+# and its input give the same trace on any machine (redis-kv aside: what it does when
+# depends on its client's timing).
+fixed() {
+    (cd / && exec setarch "$(uname -m)" -R env -i PATH=/usr/bin:/bin LANG=C.UTF-8 \
+        PYTHONHASHSEED=0 "$@")
+}
+
 # trace NAME WHAT -- COMMAND...: run COMMAND under lackey, its trace into OUT/NAME.rtrace.
 trace() {
     local name=$1 what=$2
     shift 3
     echo "tracing $name: $*" >&2
     # fd 3 carries lackey's log (the trace); the program's own output is discarded.
-    valgrind --tool=lackey --trace-mem=yes --log-fd=3 "$@" 3>&1 >/dev/null 2>"$work/$name.err" \
-        | "$ROCSCTL" sim trace convert - "$out/$name.rtrace"
+    fixed valgrind --tool=lackey --trace-mem=yes --log-fd=3 "$@" 3>&1 >/dev/null \
+        2>"$work/$name.err" | "$ROCSCTL" sim trace convert - "$out/$name.rtrace"
     printf '[[program]]\nname = "%s"\ntrace = "%s.rtrace"\nwhat = "%s"\n\n' \
         "$name" "$name" "$what" >> "$manifest"
     made+=("$name")
@@ -136,7 +147,7 @@ fi
 if have redis-server redis-kv && have redis-benchmark redis-kv; then
     sock=$work/redis.sock
     echo "tracing redis-kv: redis-server under redis-benchmark" >&2
-    valgrind --tool=lackey --trace-mem=yes --log-fd=3 \
+    fixed valgrind --tool=lackey --trace-mem=yes --log-fd=3 \
         redis-server --port 0 --unixsocket "$sock" --save "" --appendonly no --io-threads 1 \
         3>&1 >/dev/null 2>"$work/redis.err" | "$ROCSCTL" sim trace convert - "$out/redis-kv.rtrace" &
     pipeline=$!
