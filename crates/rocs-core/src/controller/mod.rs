@@ -732,15 +732,27 @@ impl Controller {
         self.profile.clear();
         self.pages.forget_failures();
         self.stats.profiles += 1;
+        self.enter_profile(0, false, reason, out);
+    }
+
+    /// Enter the profile stage and start sampling. `windows` the profile has had already,
+    /// and `continued`: it goes on with the samples of one cut short.
+    fn enter_profile(
+        &mut self,
+        windows: u32,
+        continued: bool,
+        reason: String,
+        out: &mut Vec<Action>,
+    ) {
         let profile = Stage::Profile {
-            windows: 0,
-            pages_seen: 0,
+            windows,
+            pages_seen: self.profile.len(),
             ipcs: Vec::new(),
             reference_ipc: self.unsampled_ipc,
             cycles: 0,
             excess_cost: 0.0,
             spent: 0.0,
-            continued: false,
+            continued,
         };
         self.transition(profile, reason, out);
         self.sampling = true;
@@ -751,11 +763,11 @@ impl Controller {
     }
 
     /// Take up the deferred attempt if the target can now afford its next step (see
-    /// [`Deferred`]). Returns true if it did.
-    /// Only while the target still misses as it did then: misses that fell away since
-    /// (an LLC that was still warming, a burst that ended) leave nothing for the rest of
-    /// the profile to find (spr-like cg-like at full length: a profile taken up at MPKI 5.8
+    /// [`Deferred`]) and still misses as it did then: misses that fell away since (an LLC
+    /// that was still warming, a burst that ended) leave nothing for the rest of the
+    /// profile to find (spr-like cg-like at full length: a profile taken up at MPKI 5.8
     /// where the search had seen 15, to find its target missing too little to profile).
+    /// Returns true if it did.
     fn take_up_deferred(&mut self, delta: &CounterDelta, out: &mut Vec<Action>) -> bool {
         let Some(d) = self.deferred else {
             return false;
@@ -779,22 +791,7 @@ impl Controller {
              whole, and the {:.1}% it promises now pays for the rest",
             promise * 100.0
         );
-        let profile = Stage::Profile {
-            windows: p.windows,
-            pages_seen: self.profile.len(),
-            ipcs: Vec::new(),
-            reference_ipc: self.unsampled_ipc,
-            cycles: 0,
-            excess_cost: 0.0,
-            spent: 0.0,
-            continued: true,
-        };
-        self.transition(profile, reason, out);
-        self.sampling = true;
-        out.push(Action::StartSampling(SamplingPlan {
-            period: self.knobs.sample_period,
-            cpu_budget: self.knobs.sample_cpu_budget,
-        }));
+        self.enter_profile(p.windows, true, reason, out);
         true
     }
 
