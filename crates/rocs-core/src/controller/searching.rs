@@ -35,6 +35,12 @@ pub(super) struct PhaseMemory {
 /// when the profile's windows say it is too noisy (see `Controller::scatter_verdict`).
 const UNMOVED_WINDOWS: usize = 4;
 
+/// The share of the LLC's room outside the pollute buffer that the unconfined pages of a
+/// stack too large for it are left to fill at the search's fit point: pages land on
+/// colours at random, and a set filled to its ways by the average colour overflows on the
+/// fuller ones.
+const FIT_SHARE: f64 = 0.7;
+
 /// Whether a search can tell its promise from the scatter of its windows.
 enum Scatter {
     Quiet,
@@ -228,7 +234,7 @@ impl Controller {
         }
         let for_sharers = (n > self.build.stack.len()).then_some(n);
         let n = self.build.stack.len();
-        let mut search = Search::new(&self.knobs, n, self.build.stack.boundaries());
+        let mut search = Search::new(&self.knobs, n, self.search_points());
         let profile_ipcs = match &self.stage {
             Stage::Profile { ipcs, .. } => ipcs.as_slice(),
             _ => &[],
@@ -329,7 +335,7 @@ impl Controller {
             ..SearchRun::default()
         };
         if n > 0 {
-            let mut search = Search::new(&self.knobs, n, self.build.stack.boundaries());
+            let mut search = Search::new(&self.knobs, n, self.search_points());
             if restarted.judged_by_group {
                 search.judged_by_group();
             }
@@ -433,7 +439,7 @@ impl Controller {
         }
         self.reverify_due = false;
         let n = self.build.stack.len();
-        let mut search = Search::new(&self.knobs, n, self.build.stack.boundaries());
+        let mut search = Search::new(&self.knobs, n, self.search_points());
         if k > n || !search.reverify(k) {
             return false;
         }
@@ -1120,6 +1126,28 @@ impl Controller {
         }
         let build = build_stack(&self.profile, &self.region_params());
         self.promise_of(&build) < self.knobs.min_promise
+    }
+
+    /// Where the search may probe: the stack's region boundaries and, for a target alone
+    /// on its LLC whose stack holds more pages than the LLC outside the pollute buffer,
+    /// the fit point: the `k` that leaves unconfined [`FIT_SHARE`] of that room's pages.
+    /// A loop over more data than the cache holds misses on every pass; confined in part,
+    /// the rest fits and hits, and the best `k` lies inside its region, where no boundary
+    /// is (random run 117: boundaries at 8 and 119 of 132 pages, the oracle's best k 47).
+    /// Not beside sharers: the extra probe's moves then fell on tenants that ran for only
+    /// part of the search, and 24 more shared runs of random.md left a tenant below 0.95
+    /// of its speed (NOTES session 26).
+    fn search_points(&self) -> Vec<usize> {
+        let mut points = self.build.stack.boundaries();
+        let n = self.build.stack.len();
+        let fits = (self.llc_room_pages as f64 * FIT_SHARE) as usize;
+        if self.sharers_now.is_empty() && self.llc_room_pages > 0 && n > fits {
+            let fit = n - fits;
+            if let Err(i) = points.binary_search(&fit) {
+                points.insert(i, fit);
+            }
+        }
+        points
     }
 
     fn region_params(&self) -> RegionParams {

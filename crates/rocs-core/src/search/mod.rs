@@ -192,7 +192,7 @@ pub struct Search {
 
 impl Search {
     /// A search over a stack of `n` pages. `boundaries` are stack positions where the miss
-    /// rate changes.
+    /// rate changes, and any other position worth a probe (the controller's fit point).
     pub fn new(knobs: &Knobs, n: usize, boundaries: Vec<usize>) -> Self {
         let (linear, adaptive) = match knobs.search {
             SearchMode::Linear => {
