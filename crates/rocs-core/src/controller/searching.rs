@@ -234,7 +234,7 @@ impl Controller {
         }
         let for_sharers = (n > self.build.stack.len()).then_some(n);
         let n = self.build.stack.len();
-        let mut search = self.new_search(n);
+        let mut search = self.new_search();
         let profile_ipcs = match &self.stage {
             Stage::Profile { ipcs, .. } => ipcs.as_slice(),
             _ => &[],
@@ -335,7 +335,7 @@ impl Controller {
             ..SearchRun::default()
         };
         if n > 0 {
-            let mut search = self.new_search(n);
+            let mut search = self.new_search();
             if restarted.judged_by_group {
                 search.judged_by_group();
             }
@@ -439,7 +439,7 @@ impl Controller {
         }
         self.reverify_due = false;
         let n = self.build.stack.len();
-        let mut search = self.new_search(n);
+        let mut search = self.new_search();
         if k > n || !search.reverify(k) {
             return false;
         }
@@ -1128,7 +1128,7 @@ impl Controller {
         self.promise_of(&build) < self.knobs.min_promise
     }
 
-    /// A search of the stack's top `n` pages over its region boundaries and, for a target
+    /// A search of the stack over its region boundaries and, for a target
     /// alone on its LLC whose stack holds more pages than [`FIT_SHARE`] of the LLC's room
     /// outside the pollute buffer, the fit point: the `k` that leaves that many unconfined.
     /// A loop over more data than the cache holds misses on every pass; confined in part,
@@ -1137,9 +1137,9 @@ impl Controller {
     /// Not beside sharers: the extra probe's moves then fell on tenants that ran for only
     /// part of the search, and 24 more shared runs of random.md left a tenant below 0.95
     /// of its speed (NOTES session 26).
-    fn new_search(&self, n: usize) -> Search {
-        let mut search = Search::new(&self.knobs, n, self.build.stack.boundaries());
+    fn new_search(&self) -> Search {
         let stack = self.build.stack.len();
+        let mut search = Search::new(&self.knobs, stack, self.build.stack.boundaries());
         let fits = (self.llc_room_pages as f64 * FIT_SHARE) as usize;
         if self.sharers_now.is_empty() && self.llc_room_pages > 0 && stack > fits {
             search.probe_fit_point(stack - fits);

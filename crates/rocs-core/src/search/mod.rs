@@ -655,6 +655,53 @@ mod tests {
         assert_eq!(s.next_step(), Next::Measure(800));
     }
 
+    /// The k = 0 and later probes of a search of `curve`, and its choice.
+    fn probes(mut s: Search, curve: impl Fn(usize) -> f64) -> (Vec<usize>, usize) {
+        let mut probed = Vec::new();
+        let k = loop {
+            match s.next_step() {
+                Next::Measure(k) => {
+                    probed.push(k);
+                    s.record(k, curve(k));
+                }
+                Next::Done(k) => break k,
+            }
+        };
+        (probed, k)
+    }
+
+    #[test]
+    fn the_fit_point_is_probed_inside_a_wide_region_and_is_no_region_itself() {
+        let knobs = Knobs::default();
+        // A loop over more than the cache, in a region from 100 to 900 where no boundary
+        // is: IPC rises once part of it is confined, until the rest fits (k = 450), and
+        // falls below k = 0's when all of it is. The region's ends alone show nothing.
+        let loop_curve = |k: usize| {
+            let k = k as f64;
+            if k <= 100.0 {
+                1.0
+            } else if k <= 450.0 {
+                1.0 + 0.3 * (k - 100.0) / 350.0
+            } else {
+                (1.3 - 0.4 * (k - 450.0) / 450.0).max(0.9)
+            }
+        };
+        let (probed, without) = probes(Search::new(&knobs, 1000, vec![100, 900]), loop_curve);
+        assert_eq!(without, 0, "probed {probed:?}");
+        let mut s = Search::new(&knobs, 1000, vec![100, 900]);
+        s.probe_fit_point(450);
+        let (probed, with) = probes(s, loop_curve);
+        assert_eq!(with, 450, "probed {probed:?}");
+        // Eight regions: the coarse pass climbs them; the fit point beside the last does
+        // not make them nine, which a pass by regions would give up for doubling.
+        let regions: Vec<usize> = (1..=8).map(|i| i * 100).collect();
+        let mut s = Search::new(&knobs, 1000, regions);
+        s.probe_fit_point(850);
+        let (probed, _) = probes(s, |k| 1.0 + k as f64 * 1e-4);
+        let first: Vec<usize> = probed.iter().copied().filter(|&k| k > 0).take(3).collect();
+        assert_eq!(first, [100, 200, 300], "probed {probed:?}");
+    }
+
     #[test]
     fn a_search_of_only_the_top_pages_probes_nothing_below_them() {
         // The whole stack would gain more (IPC rises to k = 1000), but only the top 6
