@@ -574,17 +574,9 @@ mod tests {
         // worse than k = 0, but two in a row below it and falling end the coarse pass
         // before the large (expensive) probes.
         let knobs = Knobs::default();
-        let mut s = Search::new(&knobs, 1000, vec![]);
-        let mut measured = Vec::new();
-        let k = loop {
-            match s.next_step() {
-                Next::Measure(k) => {
-                    measured.push(k);
-                    s.record(k, 1.0 - k as f64 * 1e-5);
-                }
-                Next::Done(k) => break k,
-            }
-        };
+        let (k, measured) = run_logged(Search::new(&knobs, 1000, vec![]), |k, _| {
+            1.0 - k as f64 * 1e-5
+        });
         assert_eq!(k, 0);
         assert!(measured.iter().all(|&k| k <= 250), "{measured:?}");
     }
@@ -613,17 +605,7 @@ mod tests {
                 1.0 - 2.0 * (x - 0.8)
             }
         };
-        let mut s = Search::new(&knobs, 1000, vec![]);
-        let mut probed = Vec::new();
-        let k = loop {
-            match s.next_step() {
-                Next::Measure(k) => {
-                    probed.push(k);
-                    s.record(k, curve(k));
-                }
-                Next::Done(k) => break k,
-            }
-        };
+        let (k, probed) = run_logged(Search::new(&knobs, 1000, vec![]), |k, _| curve(k));
         assert!(probed.contains(&750), "probed {probed:?}");
         assert!(!probed.contains(&1000), "probed {probed:?}");
         assert!((500..=700).contains(&k), "chose {k}, probed {probed:?}");
@@ -655,21 +637,6 @@ mod tests {
         assert_eq!(s.next_step(), Next::Measure(800));
     }
 
-    /// The k = 0 and later probes of a search of `curve`, and its choice.
-    fn probes(mut s: Search, curve: impl Fn(usize) -> f64) -> (Vec<usize>, usize) {
-        let mut probed = Vec::new();
-        let k = loop {
-            match s.next_step() {
-                Next::Measure(k) => {
-                    probed.push(k);
-                    s.record(k, curve(k));
-                }
-                Next::Done(k) => break k,
-            }
-        };
-        (probed, k)
-    }
-
     #[test]
     fn the_fit_point_is_probed_inside_a_wide_region_and_is_no_region_itself() {
         let knobs = Knobs::default();
@@ -686,18 +653,20 @@ mod tests {
                 (1.3 - 0.4 * (k - 450.0) / 450.0).max(0.9)
             }
         };
-        let (probed, without) = probes(Search::new(&knobs, 1000, vec![100, 900]), loop_curve);
+        let (without, probed) = run_logged(Search::new(&knobs, 1000, vec![100, 900]), |k, _| {
+            loop_curve(k)
+        });
         assert_eq!(without, 0, "probed {probed:?}");
         let mut s = Search::new(&knobs, 1000, vec![100, 900]);
         s.probe_fit_point(450);
-        let (probed, with) = probes(s, loop_curve);
+        let (with, probed) = run_logged(s, |k, _| loop_curve(k));
         assert_eq!(with, 450, "probed {probed:?}");
         // Eight regions: the coarse pass climbs them; the fit point beside the last does
         // not make them nine, which a pass by regions would give up for doubling.
         let regions: Vec<usize> = (1..=8).map(|i| i * 100).collect();
         let mut s = Search::new(&knobs, 1000, regions);
         s.probe_fit_point(850);
-        let (probed, _) = probes(s, |k| 1.0 + k as f64 * 1e-4);
+        let (_, probed) = run_logged(s, |k, _| 1.0 + k as f64 * 1e-4);
         let first: Vec<usize> = probed.iter().copied().filter(|&k| k > 0).take(3).collect();
         assert_eq!(first, [100, 200, 300], "probed {probed:?}");
     }
@@ -710,16 +679,7 @@ mod tests {
         let mut s = Search::new(&knobs, 1000, vec![300, 800]);
         s.probe_first(6);
         s.only_top(6);
-        let mut probed = Vec::new();
-        let k = loop {
-            match s.next_step() {
-                Next::Measure(k) => {
-                    probed.push(k);
-                    s.record(k, 1.0 + k as f64 * 0.02);
-                }
-                Next::Done(k) => break k,
-            }
-        };
+        let (k, probed) = run_logged(s, |k, _| 1.0 + k as f64 * 0.02);
         assert_eq!(k, 6, "probed {probed:?}");
         assert_eq!(
             probed.iter().find(|&&k| k > 0),
