@@ -6,7 +6,7 @@ confined nothing although it searched, this replays each in rocs mode with --tim
 (the page's workload, machine and seed) and counts the runs where:
 - a probe made some tenant at least 5% faster than at k = 0 (in the LLC group score's
   per-process changes), and in how many of those another tenant ran more than 5% slower in
-  the same window (a placement the tenant bound refused);
+  the same window (a placement the tenant bound refuses);
 - the search found the windows too noisy to tell the promise from noise;
 - the cost rule ended the search early, having found no gain.
 A run may be in more than one count.
