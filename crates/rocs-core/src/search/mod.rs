@@ -254,9 +254,10 @@ impl Search {
 
     /// Count `k`, the point where a loop larger than the cache would fit, among the
     /// boundaries refinement snaps to, and measure it among the coarse points when those
-    /// are the stack's regions. Not a region itself: it must not tip a stack of many
-    /// regions into doubling (zen4-like's art-like at full length: 1.302 -> 1.273 when it
-    /// was one). Adaptive search only.
+    /// are the stack's regions and the two around it lie more than a quarter of the stack
+    /// apart. Not a region itself: it must not tip a stack of many regions into doubling
+    /// (zen4-like's art-like at full length: 1.302 -> 1.273 when it was one). Adaptive
+    /// search only.
     pub fn probe_fit_point(&mut self, k: usize) {
         if let Some(a) = self.adaptive.as_mut() {
             a.probe_fit_point(k);
