@@ -104,6 +104,13 @@ fn verify_pattern(i: usize) -> bool {
     block[i % 4]
 }
 
+/// `k` added to sorted `points`, unless it is there.
+fn insert_sorted(points: &mut Vec<usize>, k: usize) {
+    if let Err(at) = points.binary_search(&k) {
+        points.insert(at, k);
+    }
+}
+
 /// Golden-section ratio: the probe goes this far into the larger side of the bracket.
 const GOLDEN: f64 = 0.381_966;
 
@@ -180,11 +187,8 @@ impl AdaptiveSearch {
         if k == 0 || k >= self.n {
             return;
         }
-        for points in [&mut self.boundaries, &mut self.coarse] {
-            if let Err(at) = points.binary_search(&k) {
-                points.insert(at, k);
-            }
-        }
+        insert_sorted(&mut self.boundaries, k);
+        insert_sorted(&mut self.coarse, k);
     }
 
     /// See [`super::Search::probe_fit_point`].
@@ -192,9 +196,7 @@ impl AdaptiveSearch {
         if k == 0 || k >= self.n {
             return;
         }
-        if let Err(at) = self.boundaries.binary_search(&k) {
-            self.boundaries.insert(at, k);
-        }
+        insert_sorted(&mut self.boundaries, k);
         // Among the coarse points only where they are the stack's regions (doubling
         // already probes every scale) and leave more than a quarter of the stack between
         // the two around it: the region holding the loop then has no probe inside, while
