@@ -7,10 +7,14 @@
 # generates (deterministically: the same inputs on every machine); lackey's text goes
 # through a pipe into `rocsctl sim trace convert`, so only the compact binary trace is
 # written. OUT_DIR/manifest.toml lists the programs (name, trace, what) and the pairs that
-# run as two tenants sharing the LLC. A program whose package is missing stops the script
-# (a suite without it would say nothing of it, and its pages would be compared with pages
-# that had it); with --skip-missing it is skipped with a message, and the manifest lists
-# what was made.
+# run as two tenants sharing the LLC, and says what made the traces (`made`: the Debian
+# packages' versions, the kernel, the CPU). Two runs on one machine give traces with the
+# same references, equal but for a few bytes (at start the dynamic loader scans a few
+# bytes at the top of the stack that differ from run to run), redis-kv aside; real.md
+# lists each trace's references, so that traces made elsewhere can be told apart from the
+# page's. A program whose package is missing stops the script (a suite without it would
+# say nothing of it, and its pages would be compared with pages that had it); with
+# --skip-missing it is skipped with a message, and the manifest lists what was made.
 #
 # Lackey runs a program ~100-300x slower than natively, so the inputs are small: each
 # trace holds tens of millions of references (a few with --quick), and the simulator
@@ -43,7 +47,8 @@ command -v valgrind >/dev/null || { echo "valgrind is not installed (apt-get ins
 
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
-work=$(mktemp -d)
+# A name as long on every machine (whatever TMPDIR is): sqlite3 is given a path in it.
+work=$(mktemp -d /tmp/rocs-traces.XXXXXXXXXX)
 trap 'rm -rf "$work"' EXIT
 
 # Sizes: (quick, normal). Chosen so that each program's data outgrows a 512 KB L2 and
@@ -85,14 +90,26 @@ with open(f"{work}/tables.sql", "w") as f:
 EOF
 
 manifest=$work/manifest.toml
-: > "$manifest"
+# What made the traces: the same packages, kernel and CPU make the same traces.
+if command -v dpkg-query >/dev/null; then
+    packages=$(dpkg-query -W -f='${Package} ${Version}, ' valgrind libc6 sqlite3 libsqlite3-0 \
+        xz-utils liblzma5 bzip2 libbz2-1.0 coreutils python3.11-minimal redis-server 2>/dev/null \
+        | sed 's/, $//')
+else
+    packages="no dpkg: package versions unknown"
+fi
+cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')
+printf 'made = "%s; Linux %s %s; %s"\n\n' "$packages" "$(uname -r)" "$(uname -m)" "$cpu" > "$manifest"
 made=()
 
 # fixed COMMAND...: run COMMAND from / with address-space randomisation off and a fixed
 # environment. Lackey records addresses, and the stack, the heap and the libraries move with
 # randomisation, the size of the environment and the working directory; so fixed, a program
-# and its input give the same trace on any machine (redis-kv aside: what it does when
-# depends on its client's timing).
+# and its input give the same trace on one machine (redis-kv aside: what it does when
+# depends on its client's timing). Inputs come on standard input where the program allows
+# it: a path in the arguments carries $work's random name, and bzip2 touched memory a few
+# references differently for each name. Nothing may depend on the number of CPUs (sort
+# --parallel=1, xz -T1).
 fixed() {
     (cd / && exec setarch "$(uname -m)" -R env -i PATH=/usr/bin:/bin LANG=C.UTF-8 \
         PYTHONHASHSEED=0 "$@")
@@ -130,19 +147,19 @@ if have sqlite3 sqlite3-join; then
 fi
 if have xz xz-compress; then
     trace xz-compress "xz $(xz --version | head -1 | cut -d' ' -f4) -3 compressing ${text_kib} KiB of text" -- \
-        xz -3 -c "$work/text.txt"
+        xz -3 -T1 -c < "$work/text.txt"
 fi
 if have bzip2 bzip2-compress; then
     trace bzip2-compress "bzip2 -9 (900 KB blocks) compressing ${text_kib} KiB of text" -- \
-        bzip2 -9 -c "$work/text.txt"
+        bzip2 -9 -c < "$work/text.txt"
 fi
 if have sort sort-lines; then
     trace sort-lines "GNU sort $(sort --version | head -1 | awk '{print $NF}') of $lines lines of words" -- \
-        sort -S 64M "$work/lines.txt"
+        sort -S 64M --parallel=1 < "$work/lines.txt"
 fi
 if have /usr/bin/python3 python-json; then
     trace python-json "python3 $(/usr/bin/python3 -c 'import platform; print(platform.python_version())') parsing and re-serialising $json_items JSON records" -- \
-        /usr/bin/python3 -S -c 'import json, sys; d = json.load(open(sys.argv[1])); json.dumps(d, sort_keys=True)' "$work/data.json"
+        /usr/bin/python3 -S -c 'import json, sys; d = json.load(sys.stdin); json.dumps(d, sort_keys=True)' < "$work/data.json"
 fi
 if have redis-server redis-kv && have redis-benchmark redis-kv; then
     sock=$work/redis.sock

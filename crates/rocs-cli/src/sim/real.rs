@@ -37,7 +37,8 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
         );
     };
     let manifest = Manifest::read(&dir)?;
-    let cases = manifest.cases(&dir)?;
+    let traces = manifest.traces(&dir)?;
+    let cases = manifest.cases(&dir, &traces);
     let machines = args.machines(&all_machines())?;
     let runs: Vec<_> = machines
         .iter()
@@ -67,6 +68,8 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
     let suite = RealSuite {
         command,
         seed: args.seed,
+        made: manifest.made.clone(),
+        traces,
         rows: rows?,
     };
     write(&args, &suite, &out)?;

@@ -3,6 +3,7 @@
 //! are made by tests/real/make-traces.sh:
 //!
 //! ```toml
+//! made = "valgrind 1:3.19.0-1, ...; Linux 6.1.0 x86_64; ..."   # optional: what made them
 //! [[program]]
 //! name = "sqlite3-join"          # unique
 //! trace = "sqlite3-join.rtrace"  # rocs-sim's binary trace, relative to the manifest
@@ -31,6 +32,10 @@ pub const REPEAT: u32 = 3;
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Manifest {
+    /// What made the traces (tools and their versions, kernel, CPU): traces made
+    /// elsewhere may differ.
+    #[serde(default)]
+    pub made: Option<String>,
     #[serde(rename = "program")]
     pub programs: Vec<Program>,
     #[serde(rename = "pair", default)]
@@ -63,21 +68,35 @@ pub struct RealCase {
     pub events: Vec<u64>,
 }
 
-/// The events in one pass of the trace at `path`.
-fn events_in(path: &Path) -> Result<u64, SimError> {
-    let file = std::fs::File::open(path).map_err(|reason| SimError::Io {
-        path: path.to_path_buf(),
-        reason,
-    })?;
-    let mut reader = TraceReader::new(
-        Box::new(std::io::BufReader::with_capacity(1 << 20, file)),
-        TraceFormat::Detect,
-    )?;
-    let mut n = 0;
-    while reader.next_event()?.is_some() {
-        n += 1;
+/// A program's trace as the suite ran it: its references (events) in one pass. Traces
+/// made again with the same packages, kernel and CPU (the manifest's `made`) have as many
+/// references, and differ in at most a few bytes (at start the dynamic loader scans a few
+/// bytes at the top of the stack that differ from run to run).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TraceInfo {
+    pub program: String,
+    pub events: u64,
+}
+
+impl TraceInfo {
+    fn of(program: &str, path: &Path) -> Result<TraceInfo, SimError> {
+        let file = std::fs::File::open(path).map_err(|reason| SimError::Io {
+            path: path.to_path_buf(),
+            reason,
+        })?;
+        let mut reader = TraceReader::new(
+            Box::new(std::io::BufReader::with_capacity(1 << 20, file)),
+            TraceFormat::Detect,
+        )?;
+        let mut events = 0;
+        while reader.next_event()?.is_some() {
+            events += 1;
+        }
+        Ok(TraceInfo {
+            program: program.to_string(),
+            events,
+        })
     }
-    Ok(n)
 }
 
 impl Manifest {
@@ -134,12 +153,21 @@ impl Manifest {
         Ok(m)
     }
 
-    /// The programs alone, then the pairs (each trace read once, to count its events).
-    pub fn cases(&self, dir: &Path) -> Result<Vec<RealCase>, SimError> {
-        let mut events = std::collections::BTreeMap::new();
-        for p in &self.programs {
-            events.insert(p.name.as_str(), events_in(&dir.join(&p.trace))?);
-        }
+    /// Each program's trace in `dir`, counted, in the manifest's order.
+    pub fn traces(&self, dir: &Path) -> Result<Vec<TraceInfo>, SimError> {
+        self.programs
+            .iter()
+            .map(|p| TraceInfo::of(&p.name, &dir.join(&p.trace)))
+            .collect()
+    }
+
+    /// The programs alone, then the pairs, with the events of `traces` (see
+    /// [`Manifest::traces`]).
+    pub fn cases(&self, dir: &Path, traces: &[TraceInfo]) -> Vec<RealCase> {
+        let events: std::collections::BTreeMap<&str, u64> = traces
+            .iter()
+            .map(|t| (t.program.as_str(), t.events))
+            .collect();
         let case = |name: &str, what: String, tenants: &[&Program]| RealCase {
             name: name.to_string(),
             what,
@@ -161,7 +189,7 @@ impl Manifest {
             let what = format!("{} sharing the LLC", pair.tenants.join(" and "));
             case(&pair.name, what, &tenants)
         });
-        Ok(alone.chain(pairs).collect())
+        alone.chain(pairs).collect()
     }
 }
 
@@ -257,6 +285,12 @@ pub fn run_real(
 pub struct RealSuite {
     pub command: String,
     pub seed: u64,
+    /// The manifest's `made`: what made the traces.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub made: Option<String>,
+    /// The traces the suite ran.
+    #[serde(default)]
+    pub traces: Vec<TraceInfo>,
     pub rows: Vec<RealRow>,
 }
 
@@ -344,6 +378,7 @@ impl RealSuite {
              each tenant's baseline cycles / its cycles under rocs.\n",
             self.command, self.seed
         );
+        s += &self.traces_section();
         for machine in self.machines() {
             let _ = writeln!(s, "## {machine}\n");
             if !self.ran_on(&machine).is_empty() {
@@ -414,6 +449,30 @@ impl RealSuite {
             }
         );
         s
+    }
+
+    /// The traces the page ran, so that traces made again can be checked against them.
+    fn traces_section(&self) -> String {
+        if self.traces.is_empty() {
+            return String::new();
+        }
+        let mut s = String::from(
+            "## Traces\n\n`tests/real/make-traces.sh` makes them. Made again with the same \
+             packages, kernel and CPU, a trace has as many references and differs in at \
+             most a few bytes (at start the dynamic loader scans a few bytes at the top of \
+             the stack that differ from run to run); traces with other counts give other \
+             figures.",
+        );
+        if let Some(made) = &self.made {
+            s += &format!(" These were made with {made}.");
+        }
+        s += "\n\n";
+        let cells: Vec<Vec<String>> = self
+            .traces
+            .iter()
+            .map(|t| vec![t.program.clone(), t.events.to_string()])
+            .collect();
+        s + &table(&["program", "references"], "lr", &cells)
     }
 
     /// Which cases gain, which do not, and why, per machine: a case gains if its oracle
@@ -522,6 +581,8 @@ mod tests {
         let suite = RealSuite {
             command: "rocsctl sim eval --suite real".into(),
             seed: 1,
+            made: None,
+            traces: Vec::new(),
             rows: vec![
                 row("tiny", "bzip2", 12.0, 1.018, 0.999),
                 row("tiny", "xz", 0.4, 1.004, 1.0),
@@ -547,6 +608,44 @@ mod tests {
     }
 
     #[test]
+    fn the_page_lists_each_trace_by_its_references_and_what_made_them() {
+        let dir = std::env::temp_dir().join(format!("rocs-real-made-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        // Four events in lackey's text: three data references and an instruction fetch.
+        let lackey = " L 04001000,8\n S 04001040,4\nI  00400000,3\n M 04002000,8\n";
+        std::fs::write(dir.join("a.lackey"), lackey).unwrap();
+        write(
+            &dir,
+            "made = \"valgrind 1:3.19.0-1\"\n[[program]]\nname = \"a\"\ntrace = \"a.lackey\"\n\
+             what = \"A\"\n",
+        );
+        let m = Manifest::read(&dir).unwrap();
+        let traces = m.traces(&dir).unwrap();
+        assert_eq!(
+            traces,
+            vec![TraceInfo {
+                program: "a".into(),
+                events: 4
+            }]
+        );
+        assert_eq!(m.cases(&dir, &traces)[0].events, vec![4]);
+        let suite = RealSuite {
+            command: "rocsctl sim eval --suite real".into(),
+            seed: 1,
+            made: m.made.clone(),
+            traces,
+            rows: Vec::new(),
+        };
+        let page = suite.markdown();
+        assert!(page.contains("| a | 4 |"), "{page}");
+        assert!(
+            page.contains("These were made with valgrind 1:3.19.0-1."),
+            "{page}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn the_manifest_is_checked_and_says_where() {
         let dir = std::env::temp_dir().join(format!("rocs-real-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
@@ -559,7 +658,7 @@ mod tests {
             &format!("{programs}[[pair]]\nname = \"a+b\"\ntenants = [\"a\", \"b\"]\n"),
         );
         let m = Manifest::read(&dir).unwrap();
-        assert!(m.cases(&dir).is_err(), "not traces: refused when counted");
+        assert!(m.traces(&dir).is_err(), "not traces: refused when counted");
         write(
             &dir,
             &format!("{programs}[[pair]]\nname = \"a+c\"\ntenants = [\"a\", \"c\"]\n"),
