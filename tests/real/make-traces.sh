@@ -90,11 +90,13 @@ with open(f"{work}/tables.sql", "w") as f:
 EOF
 
 manifest=$work/manifest.toml
-# What made the traces: the same packages, kernel and CPU make the same traces.
+# What made the traces: the same packages, kernel and CPU make the same traces. Packages
+# that are not installed are left out (dpkg-query names the others and fails).
 if command -v dpkg-query >/dev/null; then
-    packages=$(dpkg-query -W -f='${Package} ${Version}, ' valgrind libc6 sqlite3 libsqlite3-0 \
-        xz-utils liblzma5 bzip2 libbz2-1.0 coreutils python3.11-minimal redis-server 2>/dev/null \
-        | sed 's/, $//')
+    python_package=$(dpkg -S "$(readlink -f /usr/bin/python3)" 2>/dev/null | cut -d: -f1) || true
+    packages=$({ dpkg-query -W -f='${Package} ${Version}, ' valgrind libc6 sqlite3 \
+        libsqlite3-0 xz-utils liblzma5 bzip2 libbz2-1.0 coreutils redis-server \
+        $python_package 2>/dev/null || true; } | sed 's/, $//')
 else
     packages="no dpkg: package versions unknown"
 fi
