@@ -14,12 +14,15 @@ slows every contender alike:
 Rates are references per second of CPU time (user + system) of the work itself, so that
 other builds sharing the cores do not count. The medians of the rounds give the ratios.
 
-What bounds rocs: a reference to the L1 line its stream (fetches, data) touched last is a hit
-that changes nothing, which the replay only counts. Each round also replays a trace of the
-other references alone; the full trace's references per CPU second of that replay give the
-ratio rocs would reach if those repeats cost nothing. With --trace-floor (the example
-`trace_floor`, which traces.sh builds), each round also decodes the binary trace from memory,
-alone and with the repeat check: the ratio no replay that decodes every reference could pass.
+How rocs replays it: the binary trace (version 5) holds blocks of references, each stream's
+(fetches, data) in columns of its own, grouped by line; on this geometry the replay sends
+each stream's group heads through its L1 apart from the other stream and only the L1 misses
+through the LL in the trace's order (docs/traces.md). Each round also replays a trace of the
+references that do not repeat their stream's last line alone; the full trace's references
+per CPU second of that replay give the ratio rocs would reach if those repeats cost nothing.
+With --trace-floor (the example `trace_floor`, which traces.sh builds), each round also
+decodes the binary trace from memory: every reference (what a replay one by one decodes) and
+the group heads alone (what the replay of whole blocks decodes).
 
     tests/bench/traces.sh [--kib N] [--rounds R] [--keep DIR]
 """
@@ -216,9 +219,11 @@ def main():
         print(f"bound: the {non_repeats} references that are not repeats replay alone at "
               f"{m(free_repeats) / 1e6:.1f} M of the trace's references per CPU second: "
               f"{m(free_repeats) / m(py):.2f} x pycachesim if repeats cost nothing")
+        print("rocs / pycachesim by round: "
+              + ", ".join(f"{a / b:.2f}" for a, b in zip(rocs, py)))
         if decode:
-            print(f"floor: decoding the binary trace alone {m(decode) / 1e6:.1f} M/s "
-                  f"({m(decode) / m(py):.2f} x pycachesim), with the repeat check "
+            print(f"floor: decoding every reference of the binary trace {m(decode) / 1e6:.1f} M/s "
+                  f"({m(decode) / m(py):.2f} x pycachesim), its group heads alone "
                   f"{m(decode_check) / 1e6:.1f} M/s ({m(decode_check) / m(py):.2f} x)")
     finally:
         shutil.rmtree(work)

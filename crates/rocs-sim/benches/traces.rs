@@ -70,7 +70,7 @@ impl EventSink for Sum {
 fn bench(c: &mut Criterion<ThreadCpuTime>) {
     let events = events();
     let text = lackey_text(&events);
-    let binary = [1, 2, 3, 4].map(|version| {
+    let binary = [1, 2, 3, 4, 5].map(|version| {
         let mut w = BinaryWriter::with_version(Vec::new(), version).unwrap();
         for e in &events {
             w.write(e).unwrap();
@@ -91,6 +91,38 @@ fn bench(c: &mut Criterion<ThreadCpuTime>) {
         })
     });
     for (version, binary) in (1..).zip(&binary) {
+        if version >= 5 {
+            // Blocks: every event one by one, and the group heads alone (what a replay of
+            // whole blocks decodes).
+            group.bench_function(format!("binary-v{version}"), |b| {
+                b.iter(|| {
+                    let mut r = BinaryReader::new(&binary[..]).unwrap().into_columns();
+                    let mut sum = 0u64;
+                    while let Some(e) = r.next_event().unwrap() {
+                        sum = sum.wrapping_add(e.addr);
+                    }
+                    sum
+                })
+            });
+            group.bench_function(format!("binary-v{version}-heads"), |b| {
+                b.iter(|| {
+                    let mut r = BinaryReader::new(&binary[..]).unwrap().into_columns();
+                    let mut sum = 0u64;
+                    while let Some(block) = r.peek_block().unwrap() {
+                        for s in 0..2 {
+                            let mut heads = block.heads(s);
+                            for _ in 0..block.groups[s] {
+                                let h = heads.read().unwrap();
+                                sum = sum.wrapping_add(h.line ^ h.count);
+                            }
+                        }
+                        r.take_block();
+                    }
+                    sum
+                })
+            });
+            continue;
+        }
         group.bench_function(format!("binary-v{version}"), |b| {
             b.iter(|| {
                 let mut r = BinaryReader::new(&binary[..]).unwrap();

@@ -4,10 +4,12 @@
 //! per CPU second of this thread, the best of REPS runs. Both take a version 3 or 4 trace's
 //! run records whole where the replay would (64-byte lines; version 4's without looking
 //! their lines up in caches, as the replay must when it cannot tell otherwise), so both
-//! decode what the replay decodes. The floor under `tests/bench/traces.sh`'s replay figure
-//! (docs/traces.md). Then the run records taken whole and the references decoded one by
-//! one, and how the repeats fall in runs (references in a row that are all repeats, every
-//! record decoded): what a record standing for a whole run spares the replay.
+//! decode what the replay decodes. For version 5, every reference decoded (as a replay one
+//! by one does) and the group heads alone (what a replay of whole blocks decodes). The
+//! floor under `tests/bench/traces.sh`'s replay figure (docs/traces.md). Then the run
+//! records taken whole and the references decoded one by one, and how the repeats fall in
+//! runs (references in a row that are all repeats, every record decoded): what a record
+//! standing for a whole run spares the replay.
 //!
 //!     cargo run --release -p rocs-sim --example trace_floor -- TRACE.rtrace [LINE_BYTES] [REPS]
 
@@ -168,10 +170,36 @@ impl EventSink for Runs {
 
 /// Feeds the whole trace to `sink`; CPU seconds taken.
 fn timed<S: EventSink>(bytes: &[u8], sink: &mut S) -> f64 {
-    let mut reader = BinaryReader::new(bytes).expect("a binary trace");
+    let reader = BinaryReader::new(bytes).expect("a binary trace");
     let start = common::thread_cpu_time();
-    while reader.feed(sink).expect("a readable trace") {}
+    if reader.version() >= 5 {
+        let mut reader = reader.into_columns();
+        while reader.feed(sink).expect("a readable trace") {}
+    } else {
+        let mut reader = reader;
+        while reader.feed(sink).expect("a readable trace") {}
+    }
     (common::thread_cpu_time() - start).as_secs_f64()
+}
+
+/// Version 5: decodes the group heads alone, as the replay of whole blocks does; the
+/// references they stand for, and CPU seconds taken.
+fn heads_timed(bytes: &[u8]) -> (u64, f64) {
+    let mut reader = BinaryReader::new(bytes)
+        .expect("a binary trace")
+        .into_columns();
+    let start = common::thread_cpu_time();
+    let mut refs = 0;
+    while let Some(block) = reader.peek_block().expect("a readable trace") {
+        for s in 0..2 {
+            let mut heads = block.heads(s);
+            for _ in 0..block.groups[s] {
+                refs += heads.read().expect("a head").count;
+            }
+        }
+        reader.take_block();
+    }
+    (refs, (common::thread_cpu_time() - start).as_secs_f64())
 }
 
 fn main() {
@@ -184,6 +212,9 @@ fn main() {
     let reps: usize = args.get(2).map_or(3, |r| r.parse().expect("REPS"));
     assert!(line.is_power_of_two(), "LINE_BYTES must be a power of two");
     let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let version = BinaryReader::new(&bytes[..])
+        .expect("a binary trace")
+        .version();
     let (mut decode, mut filter) = (0.0f64, 0.0f64);
     let (mut events, mut repeats, mut runs, mut handed) = (0, 0, 0, 0);
     for _ in 0..reps {
@@ -192,24 +223,36 @@ fn main() {
         std::hint::black_box(count.fold);
         events = count.events;
         decode = decode.max(events as f64 / seconds / 1e6);
-        let mut check = Sink::<true>::new(line);
-        let seconds = timed(&bytes, &mut check);
-        repeats = check.repeats;
-        (runs, handed) = (check.runs, check.handed);
-        filter = filter.max(check.events as f64 / seconds / 1e6);
+        let (n, seconds) = if version >= 5 {
+            heads_timed(&bytes)
+        } else {
+            let mut check = Sink::<true>::new(line);
+            let seconds = timed(&bytes, &mut check);
+            repeats = check.repeats;
+            (runs, handed) = (check.runs, check.handed);
+            (check.events, seconds)
+        };
+        filter = filter.max(n as f64 / seconds / 1e6);
     }
-    let version = BinaryReader::new(&bytes[..])
-        .expect("a binary trace")
-        .version();
-    // Version 4's runs are references to a stream's last few lines, not only repeats.
-    let outside = if version >= 4 { " (outside runs)" } else { "" };
-    println!(
-        "{path}: {events} references, {repeats} repeats of their stream's last {line}-byte \
-         line{outside}"
-    );
+    if version >= 5 {
+        println!("{path}: {events} references (version 5: blocks of columns)");
+    } else {
+        // Version 4's runs are references to a stream's last few lines, not only repeats.
+        let outside = if version >= 4 { " (outside runs)" } else { "" };
+        println!(
+            "{path}: {events} references, {repeats} repeats of their stream's last {line}-byte \
+             line{outside}"
+        );
+    }
     println!("decoding alone: {decode:.1} M references per CPU second (best of {reps})");
-    println!("decoding and the repeat check: {filter:.1} M references per CPU second");
-    println!("run records taken whole: {runs}; references decoded one by one: {handed}");
+    if version >= 5 {
+        // What a replay of whole blocks decodes instead of every reference.
+        println!("decoding the group heads alone: {filter:.1} M references per CPU second");
+        println!("run records taken whole: none in version 5");
+    } else {
+        println!("decoding and the repeat check: {filter:.1} M references per CPU second");
+        println!("run records taken whole: {runs}; references decoded one by one: {handed}");
+    }
     let mut runs = Runs {
         lines: LastLines::new(line),
         run: 0,

@@ -4,11 +4,13 @@
 //! either, telling them apart by their first byte.
 
 pub mod binary;
+pub mod columns;
 mod lackey;
 
 use std::io::{BufRead, Read};
 
 pub use binary::{BinaryReader, BinaryWriter, EventSink};
+pub use columns::ColumnReader;
 pub use lackey::LackeyReader;
 
 use crate::error::SimError;
@@ -43,6 +45,8 @@ pub enum TraceFormat {
 pub enum TraceReader {
     Lackey(LackeyReader<Box<dyn Read + Send>>),
     Binary(BinaryReader<Box<dyn Read + Send>>),
+    /// A binary trace of version 5.
+    Columns(ColumnReader<Box<dyn Read + Send>>),
 }
 
 impl TraceReader {
@@ -67,7 +71,14 @@ impl TraceReader {
         };
         let input: Box<dyn Read + Send> = Box::new(input);
         Ok(match format {
-            TraceFormat::Binary => TraceReader::Binary(BinaryReader::new(input)?),
+            TraceFormat::Binary => {
+                let r = BinaryReader::new(input)?;
+                if r.version() >= 5 {
+                    TraceReader::Columns(r.into_columns())
+                } else {
+                    TraceReader::Binary(r)
+                }
+            }
             _ => TraceReader::Lackey(LackeyReader::new(input)),
         })
     }
@@ -75,7 +86,7 @@ impl TraceReader {
     pub fn format(&self) -> TraceFormat {
         match self {
             TraceReader::Lackey(_) => TraceFormat::Lackey,
-            TraceReader::Binary(_) => TraceFormat::Binary,
+            TraceReader::Binary(_) | TraceReader::Columns(_) => TraceFormat::Binary,
         }
     }
 
@@ -85,6 +96,7 @@ impl TraceReader {
         match self {
             TraceReader::Lackey(r) => r.next_event(),
             TraceReader::Binary(r) => r.next_event(),
+            TraceReader::Columns(r) => r.next_event(),
         }
     }
 
@@ -94,6 +106,7 @@ impl TraceReader {
     pub fn feed<S: EventSink>(&mut self, sink: &mut S) -> Result<bool, SimError> {
         match self {
             TraceReader::Binary(r) => r.feed(sink),
+            TraceReader::Columns(r) => r.feed(sink),
             TraceReader::Lackey(r) => {
                 while sink.wants() {
                     match r.next_event()? {

@@ -154,7 +154,7 @@ fn lackey_and_binary_replays_match_cachegrind_on_sort() {
         ],
         &input,
     );
-    let binaries = [1, 2, 3, 4].map(|version| {
+    let binaries = [1, 2, 3, 4, 5].map(|version| {
         let binary = dir.join(format!("trace.v{version}.rtrace"));
         convert(&trace, &binary, version);
         binary

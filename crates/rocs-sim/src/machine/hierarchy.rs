@@ -77,6 +77,20 @@ pub(super) fn data_ref(
         return Served::L1;
     }
     c.l1d_misses += 1;
+    cachegrind_below_l1(core, llc, c, paddr, size, true)
+}
+
+/// An L1 miss (of a data access if `data`) on the cachegrind path: through the L2, if the
+/// core has one, and the LLC, counted.
+#[inline(always)]
+pub(super) fn cachegrind_below_l1(
+    core: &mut Core,
+    llc: &mut Cache,
+    c: &mut Counts,
+    paddr: u64,
+    size: u64,
+    data: bool,
+) -> Served {
     if let Some(l2) = core.l2.as_mut() {
         c.l2_accesses += 1;
         if l2.access(paddr, size) {
@@ -89,7 +103,7 @@ pub(super) fn data_ref(
         Served::Llc
     } else {
         c.llc_misses += 1;
-        c.llc_data_misses += 1;
+        c.llc_data_misses += data as u64;
         Served::Mem
     }
 }
@@ -149,20 +163,7 @@ pub(super) fn instr_ref(
         return Served::L1;
     }
     c.l1i_misses += 1;
-    if let Some(l2) = core.l2.as_mut() {
-        c.l2_accesses += 1;
-        if l2.access(paddr, size) {
-            return Served::L2;
-        }
-        c.l2_misses += 1;
-    }
-    c.llc_accesses += 1;
-    if llc.access(paddr, size) {
-        Served::Llc
-    } else {
-        c.llc_misses += 1;
-        Served::Mem
-    }
+    cachegrind_below_l1(core, llc, c, paddr, size, false)
 }
 
 /// A cache of level `l`; `physical`: the bound on the addresses it will see, if known (a

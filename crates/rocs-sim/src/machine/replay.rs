@@ -81,6 +81,7 @@ pub(super) struct TraceProc {
     /// Let a repeated access to the line its stream touched last skip the hierarchy (see
     /// [`RecentLines`]); off only in a test that checks it against the full path.
     skip_repeats: bool,
+    scratch: blocks::Scratch,
 }
 
 impl TraceProc {
@@ -157,6 +158,7 @@ impl TraceProc {
             max_size,
             error: None,
             skip_repeats: true,
+            scratch: Default::default(),
         };
         Ok((proc, name))
     }
@@ -200,10 +202,38 @@ impl TraceProc {
         // Made afresh each run: between runs pages migrate, which invalidates their lines.
         let mut recent = RecentLines::new(&st.core, self.skip_repeats, self.max_size);
         let (base_per_instr, l1) = (t.base_per_instr, t.l1);
+        let whole_blocks = self.skip_repeats && blocks::apply(st, self.max_size);
         while st.clock_fp < limit_fp {
             if self.references_left == 0 {
                 st.finished = true;
                 return Ok(());
+            }
+            if let TraceReader::Columns(r) = &mut self.reader {
+                r.stop_at_block_end(whole_blocks);
+                if whole_blocks && !r.in_block() {
+                    let taken = blocks::take_block(
+                        r,
+                        &mut self.map,
+                        st,
+                        &mut env,
+                        &mut self.scratch,
+                        self.references_left,
+                        limit_fp,
+                    )?;
+                    match taken {
+                        blocks::Taken::Whole(n) => {
+                            if self.references_left != u64::MAX {
+                                self.references_left -= n;
+                            }
+                            self.pass_references += n;
+                            // The streams' last lines are no longer those it holds.
+                            recent = RecentLines::new(&st.core, self.skip_repeats, self.max_size);
+                            continue;
+                        }
+                        // One by one, below (where the feed finds the end, too).
+                        blocks::Taken::DoesNotFit | blocks::Taken::End => r.read_block()?,
+                    }
+                }
             }
             let clock = st.clock_fp;
             let mut replayer = Replayer {
@@ -710,6 +740,9 @@ pub(super) fn open_trace(path: &PathBuf) -> Result<Box<dyn BufRead + Send>, SimE
     // bytes) is consumed, saving a copy of the whole trace.
     Ok(Box::new(BufReader::with_capacity(1 << 14, f)))
 }
+
+#[path = "replay_blocks.rs"]
+mod blocks;
 
 #[cfg(test)]
 #[path = "replay_tests.rs"]

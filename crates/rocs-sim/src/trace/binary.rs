@@ -1,12 +1,12 @@
 //! rocs's compact binary trace format: the same events as a lackey trace in about a sixth of
-//! the bytes, read many times faster than text. Version 4 is written; versions 1 to 4 are
-//! read.
+//! the bytes, read many times faster than text. Version 5 is written (its blocks of
+//! columns are specified in [`super::columns`]); versions 1 to 5 are read.
 //!
 //! ```text
 //! header, 16 bytes
 //!   0..8    magic: 89 52 4f 43 53 54 52 0a  ("\x89ROCSTR\n"; the first byte is not text,
 //!           so a reader tells it from a lackey trace by one byte)
-//!   8..12   version, u32 little-endian: 1 to 4
+//!   8..12   version, u32 little-endian: 1 to 5 (5: see `columns`)
 //!   12..16  flags, u32 little-endian: 0 (none defined; a reader refuses flags it does not know)
 //! one record per event; instruction fetches and data accesses are two streams, each with
 //! the address and the end (address + size) of its last event, both 0 at the start
@@ -58,12 +58,13 @@
 
 use std::io::{Read, Write};
 
+use super::columns::{ColumnBlocks, ColumnReader};
 use super::{TraceEvent, TraceKind};
 use crate::error::SimError;
 
 pub const MAGIC: [u8; 8] = *b"\x89ROCSTR\n";
 /// The version written.
-pub const VERSION: u32 = 4;
+pub const VERSION: u32 = 5;
 const HEADER_LEN: usize = 16;
 const END_TAG: u8 = 0;
 /// Version 1: size code saying that the size follows as a varint.
@@ -92,7 +93,7 @@ const NO_RUN: u64 = u64::MAX;
 const MAX_RECORD: usize = 21;
 const BUF_SIZE: usize = 1 << 18;
 
-fn kind_code(kind: TraceKind) -> u8 {
+pub(super) fn kind_code(kind: TraceKind) -> u8 {
     match kind {
         TraceKind::Instr => 0,
         TraceKind::Load => 1,
@@ -101,7 +102,7 @@ fn kind_code(kind: TraceKind) -> u8 {
     }
 }
 
-const KINDS: [TraceKind; 4] = [
+pub(super) const KINDS: [TraceKind; 4] = [
     TraceKind::Instr,
     TraceKind::Load,
     TraceKind::Store,
@@ -114,7 +115,7 @@ fn stream(kind_code: u8) -> usize {
     (kind_code != 0) as usize
 }
 
-fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+pub(super) fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
         out.push(v as u8 | 0x80);
         v >>= 7;
@@ -148,7 +149,7 @@ fn put_record(out: &mut Vec<u8>, version: u32, streams: &mut Streams, kind: u8, 
 
 /// The varint at `*i` in `buf`, `None` if `buf` ends inside it or it is longer than 10 bytes.
 #[inline(always)]
-fn get_varint(buf: &[u8], i: &mut usize) -> Option<u64> {
+pub(super) fn get_varint(buf: &[u8], i: &mut usize) -> Option<u64> {
     let first = *buf.get(*i)?;
     *i += 1;
     if first < 0x80 {
@@ -207,7 +208,7 @@ fn run_header<const V4: bool>(buf: &[u8], i: usize) -> Option<(u64, u64, u32, us
 }
 
 #[inline(always)]
-fn unzigzag(v: u64) -> u64 {
+pub(super) fn unzigzag(v: u64) -> u64 {
     ((v >> 1) as i64 ^ -((v & 1) as i64)) as u64
 }
 
@@ -364,6 +365,8 @@ pub struct BinaryWriter<W: Write> {
     /// byte), and the lines of each stream's last plain records.
     run_slots: u32,
     ring: LineRing,
+    /// Version 5: the block being gathered.
+    columns: Option<Box<ColumnBlocks>>,
 }
 
 /// No line yet (a line number is an address shifted right by 6 bits).
@@ -375,7 +378,7 @@ impl<W: Write> BinaryWriter<W> {
         Self::with_version(out, VERSION).expect("the current version")
     }
 
-    /// A writer of `version` (1 to 4: old traces are made to test that they still replay).
+    /// A writer of `version` (1 to 5: old traces are made to test that they still replay).
     pub fn with_version(out: W, version: u32) -> std::io::Result<Self> {
         if !(1..=VERSION).contains(&version) {
             return Err(std::io::Error::new(
@@ -399,6 +402,7 @@ impl<W: Write> BinaryWriter<W> {
             run_start: Streams::default(),
             run_slots: 0,
             ring: LineRing::new(),
+            columns: (version >= 5).then(|| Box::new(ColumnBlocks::new())),
         })
     }
 
@@ -413,6 +417,11 @@ impl<W: Write> BinaryWriter<W> {
                 std::io::ErrorKind::InvalidInput,
                 "an access of 0 bytes",
             ));
+        }
+        if let Some(columns) = &mut self.columns {
+            columns.push(ev, &mut self.buf);
+            self.events += 1;
+            return self.flush_some();
         }
         let kind = kind_code(ev.kind);
         if self.version >= 4 {
@@ -504,9 +513,13 @@ impl<W: Write> BinaryWriter<W> {
 
     /// Write the end record and flush; returns the output.
     pub fn finish(mut self) -> std::io::Result<W> {
-        self.end_run()?;
-        self.buf.push(END_TAG);
-        put_varint(&mut self.buf, self.events);
+        if let Some(columns) = &mut self.columns {
+            columns.finish(&mut self.buf);
+        } else {
+            self.end_run()?;
+            self.buf.push(END_TAG);
+            put_varint(&mut self.buf, self.events);
+        }
         self.out.write_all(&self.buf)?;
         self.out.flush()?;
         Ok(self.out)
@@ -585,6 +598,12 @@ impl<R: Read> BinaryReader<R> {
         self.version
     }
 
+    /// A version 5 trace's reader, from where this one stopped (just after the header).
+    pub fn into_columns(self) -> ColumnReader<R> {
+        let rest = self.buf[self.pos..self.end].to_vec();
+        ColumnReader::new(self.input, rest, self.base + self.pos as u64)
+    }
+
     /// Events read so far.
     pub fn events(&self) -> u64 {
         self.events
@@ -593,6 +612,9 @@ impl<R: Read> BinaryReader<R> {
     /// The next event, `None` after the end record.
     #[inline]
     pub fn next_event(&mut self) -> Result<Option<TraceEvent>, SimError> {
+        if self.version >= 5 {
+            return Err(self.columns_error());
+        }
         if self.end - self.pos < MAX_RECORD && !self.eof {
             self.refill()?;
         }
@@ -676,7 +698,9 @@ impl<R: Read> BinaryReader<R> {
             }
             // Versions 2 and 3 share a loop: a run record is as rare a case as any other
             // tag it cannot take, and one loop less keeps the code inlined around it small.
-            if self.version >= 4 {
+            if self.version >= 5 {
+                return Err(self.columns_error());
+            } else if self.version >= 4 {
                 self.feed_plain::<true, true, S>(sink)?;
             } else if self.version >= 2 {
                 self.feed_plain::<true, false, S>(sink)?;
@@ -793,6 +817,15 @@ impl<R: Read> BinaryReader<R> {
         *self.ring = ring;
         self.events += events;
         result
+    }
+
+    /// Version 5 has no records: its blocks are read by [`ColumnReader`].
+    #[cold]
+    fn columns_error(&self) -> SimError {
+        self.error(
+            HEADER_LEN,
+            "a version 5 trace is read by its blocks (`into_columns`, or a TraceReader)".into(),
+        )
     }
 
     /// The end record, or a reserved tag.
