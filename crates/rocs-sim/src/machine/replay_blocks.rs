@@ -15,7 +15,7 @@ use crate::cache::{Cache, Policy};
 use crate::error::SimError;
 use crate::machine::hierarchy::{cachegrind_below_l1, Served};
 use crate::machine::{ProcState, FP};
-use crate::trace::columns::{Block, ColumnReader, GROUP_LINE_SHIFT};
+use crate::trace::columns::{Block, ColumnReader, Heads, GROUP_LINE_SHIFT};
 
 /// What became of the next block.
 pub(super) enum Taken {
@@ -110,47 +110,28 @@ pub(super) fn take_block<R: std::io::Read>(
     for (s, stream_refs) in [fetches, data_refs].into_iter().enumerate() {
         let misses = &mut scratch.misses[s];
         misses.clear();
-        // Without an L1I a fetch is a hit that nothing counts, but its pages still get
-        // their frames when first touched: a fetch in another page than the fetch before
-        // is sent to the merge to be translated there.
-        let mut page = u64::MAX;
-        let mut l1 = if s == 0 {
+        let mut heads = block.heads(s);
+        let l1 = if s == 0 {
             st.core.l1i.as_mut()
         } else {
             Some(&mut st.core.l1d)
         };
-        let mut heads = block.heads(s);
-        let mut index = 0u64;
-        for _ in 0..block.groups[s] {
-            let h = heads
-                .read()
-                .ok_or_else(|| bad(&block, "a head cut short"))?;
-            let Some(l1) = l1.as_deref_mut() else {
-                let last_page = h.group_line() >> lines_per_page_shift;
-                if h.line >> lines_per_page_shift != page || last_page != page {
-                    misses.push(Miss::new(index, h.line, h.straddles, TRANSLATE_ONLY));
-                    page = last_page;
-                }
-                index += h.count;
-                continue;
-            };
-            if !h.straddles {
-                if !l1.access_line_generated(h.line) {
-                    misses.push(Miss::new(index, h.line, false, 0));
-                }
-            } else {
-                let a = l1.access_line(h.line);
-                let b = l1.access_line(h.line + 1);
-                if !(a && b) {
-                    let split = split_pages && (h.line + 1) & lines_per_page_mask == 0;
-                    let parts = if split { !a as u8 | (!b as u8) << 1 } else { 0 };
-                    misses.push(Miss::new(index, h.line, true, parts));
-                }
-            }
-            index += h.count;
-        }
-        if index != stream_refs || !heads.done() {
-            return Err(bad(&block, "its groups do not match its stream bits"));
+        let read = match l1 {
+            Some(l1) => through_l1(
+                l1,
+                &mut heads,
+                block.groups[s],
+                misses,
+                split_pages,
+                lines_per_page_mask,
+            ),
+            None => fetches_without_l1i(&mut heads, block.groups[s], misses, lines_per_page_shift),
+        };
+        if read != Some(stream_refs) || !heads.done() {
+            return Err(bad(
+                &block,
+                "its heads are cut short or do not match its stream bits",
+            ));
         }
     }
     // The misses in the trace's order: fetch i comes before data access j if fewer than
@@ -221,6 +202,61 @@ pub(super) fn take_block<R: std::io::Read>(
     st.clock_fp += cost;
     reader.take_block();
     Ok(Taken::Whole(refs))
+}
+
+/// Send `groups` heads of a stream through its L1, noting the misses; the references
+/// they stand for, `None` if a head is cut short. A reference that ends in the next line
+/// and crosses into another page is sent below part by part if `split_pages`.
+#[inline(always)]
+fn through_l1(
+    l1: &mut Cache,
+    heads: &mut Heads,
+    groups: usize,
+    misses: &mut Vec<Miss>,
+    split_pages: bool,
+    lines_per_page_mask: u64,
+) -> Option<u64> {
+    let mut index = 0u64;
+    for _ in 0..groups {
+        let h = heads.read()?;
+        if !h.straddles {
+            if !l1.access_line_generated(h.line) {
+                misses.push(Miss::new(index, h.line, false, 0));
+            }
+        } else {
+            let a = l1.access_line(h.line);
+            let b = l1.access_line(h.line + 1);
+            if !(a && b) {
+                let split = split_pages && (h.line + 1) & lines_per_page_mask == 0;
+                let parts = if split { !a as u8 | (!b as u8) << 1 } else { 0 };
+                misses.push(Miss::new(index, h.line, true, parts));
+            }
+        }
+        index += h.count;
+    }
+    Some(index)
+}
+
+/// Without an L1I a fetch is a hit that nothing counts, but its pages still get their
+/// frames when first touched: a fetch in another page than the fetch before is noted, to
+/// be translated in the merge. The references the heads stand for, as `through_l1`.
+fn fetches_without_l1i(
+    heads: &mut Heads,
+    groups: usize,
+    misses: &mut Vec<Miss>,
+    lines_per_page_shift: u32,
+) -> Option<u64> {
+    let (mut index, mut page) = (0u64, u64::MAX);
+    for _ in 0..groups {
+        let h = heads.read()?;
+        let last_page = h.group_line() >> lines_per_page_shift;
+        if h.line >> lines_per_page_shift != page || last_page != page {
+            misses.push(Miss::new(index, h.line, h.straddles, TRANSLATE_ONLY));
+            page = last_page;
+        }
+        index += h.count;
+    }
+    Some(index)
 }
 
 fn bad(block: &Block, what: &str) -> SimError {

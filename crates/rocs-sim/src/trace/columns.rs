@@ -44,6 +44,8 @@ pub const BLOCK_REFS: usize = 4096;
 pub const GROUP_LINE_SHIFT: u32 = 6;
 const HEADER_WORDS: usize = 7;
 const HEADER_LEN: usize = 4 * HEADER_WORDS;
+/// Bytes read from the input at a time.
+const READ_SIZE: usize = 1 << 20;
 /// A detail byte below this is a sequential reference.
 const OTHER: u8 = 0x80;
 const SEQUENTIAL_MAX_SIZE: u64 = 31;
@@ -308,8 +310,10 @@ impl<'a> Block<'a> {
 /// Reads a version 5 trace (after its header) block by block.
 pub struct ColumnReader<R> {
     input: R,
+    /// Bytes read are `buf[pos..end]`.
     buf: Vec<u8>,
     pos: usize,
+    end: usize,
     eof: bool,
     /// Offset in the input of `buf[0]`.
     base: u64,
@@ -331,6 +335,7 @@ impl<R: Read> ColumnReader<R> {
     pub fn new(input: R, buffered: Vec<u8>, offset: u64) -> Self {
         ColumnReader {
             input,
+            end: buffered.len(),
             buf: buffered,
             pos: 0,
             eof: false,
@@ -368,32 +373,31 @@ impl<R: Read> ColumnReader<R> {
 
     /// Make the buffer hold at least `n` bytes from `pos` if the input has them.
     fn fill(&mut self, n: usize) -> Result<(), SimError> {
-        if self.buf.len() - self.pos >= n || self.eof {
+        if self.end - self.pos >= n || self.eof {
             return Ok(());
         }
-        self.buf.drain(..self.pos);
+        self.buf.copy_within(self.pos..self.end, 0);
         self.base += self.pos as u64;
+        self.end -= self.pos;
         self.pos = 0;
-        while self.buf.len() < n.max(1 << 16) {
-            let have = self.buf.len();
-            self.buf.resize(have + (1 << 16).max(n - have.min(n)), 0);
-            let got = loop {
-                match self.input.read(&mut self.buf[have..]) {
-                    Ok(k) => break k,
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                    Err(reason) => {
-                        self.buf.truncate(have);
-                        return Err(SimError::BinaryTraceIo {
-                            offset: self.base + have as u64,
-                            reason,
-                        });
-                    }
+        // Zeroed once, read into many times.
+        if self.buf.len() < n.max(READ_SIZE) {
+            self.buf.resize(n.max(READ_SIZE), 0);
+        }
+        while self.end < n {
+            match self.input.read(&mut self.buf[self.end..]) {
+                Ok(0) => {
+                    self.eof = true;
+                    break;
                 }
-            };
-            self.buf.truncate(have + got);
-            if got == 0 {
-                self.eof = true;
-                break;
+                Ok(k) => self.end += k,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(reason) => {
+                    return Err(SimError::BinaryTraceIo {
+                        offset: self.base + self.end as u64,
+                        reason,
+                    })
+                }
             }
         }
         Ok(())
@@ -408,7 +412,7 @@ impl<R: Read> ColumnReader<R> {
         }
         self.fill(HEADER_LEN)?;
         let at = self.pos;
-        let Some(header) = self.buf.get(at..at + HEADER_LEN) else {
+        let Some(header) = self.buf[..self.end].get(at..at + HEADER_LEN) else {
             return Err(self.error(
                 at,
                 format!(
@@ -417,10 +421,9 @@ impl<R: Read> ColumnReader<R> {
                 ),
             ));
         };
-        let w: Vec<usize> = header
-            .chunks_exact(4)
-            .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")) as usize)
-            .collect();
+        let w: [usize; HEADER_WORDS] = std::array::from_fn(|k| {
+            u32::from_le_bytes(header[4 * k..4 * k + 4].try_into().expect("4 bytes")) as usize
+        });
         let refs = w[0];
         if refs == 0 {
             return self.end().map(|()| None);
@@ -433,7 +436,7 @@ impl<R: Read> ColumnReader<R> {
         // Filling may move the buffered bytes: the block starts at `pos` still.
         self.fill(len)?;
         let at = self.pos;
-        let Some(bytes) = self.buf.get(at..at + len) else {
+        let Some(bytes) = self.buf[..self.end].get(at..at + len) else {
             return Err(self.error(at, "a block cut short".into()));
         };
         let last = u64::from_le_bytes(bytes[HEADER_LEN + bits - 8..][..8].try_into().expect("8"));
@@ -467,7 +470,7 @@ impl<R: Read> ColumnReader<R> {
     fn end(&mut self) -> Result<(), SimError> {
         self.fill(HEADER_LEN + 8 + 1)?;
         let at = self.pos;
-        let Some(count) = self.buf.get(at + HEADER_LEN..at + HEADER_LEN + 8) else {
+        let Some(count) = self.buf[..self.end].get(at + HEADER_LEN..at + HEADER_LEN + 8) else {
             return Err(self.error(at, "the end cut short".into()));
         };
         let count = u64::from_le_bytes(count.try_into().expect("8 bytes"));
@@ -480,7 +483,7 @@ impl<R: Read> ColumnReader<R> {
                 ),
             ));
         }
-        if self.buf.len() > at + HEADER_LEN + 8 {
+        if self.end > at + HEADER_LEN + 8 {
             return Err(self.error(at + HEADER_LEN + 8, "bytes after the end".into()));
         }
         self.ended = true;
