@@ -494,6 +494,7 @@ impl<R: Read> ColumnReader<R> {
     fn expand_block(&mut self) -> Result<bool, SimError> {
         let mut pending = std::mem::take(&mut self.pending);
         pending.clear();
+        self.next = 0;
         let block = match self.peek_block() {
             Ok(Some(b)) => b,
             Ok(None) => {
