@@ -207,6 +207,32 @@ fn run_header<const V4: bool>(buf: &[u8], i: usize) -> Option<(u64, u64, u32, us
     ))
 }
 
+/// Read from `input` into `buf[*end..]` until `*end` reaches `want` or the input ends
+/// (`*eof`); `base`: the input offset of `buf[0]`, for errors.
+pub(super) fn read_until(
+    input: &mut impl Read,
+    buf: &mut [u8],
+    end: &mut usize,
+    want: usize,
+    eof: &mut bool,
+    base: u64,
+) -> Result<(), SimError> {
+    while !*eof && *end < want {
+        match input.read(&mut buf[*end..]) {
+            Ok(0) => *eof = true,
+            Ok(n) => *end += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(reason) => {
+                return Err(SimError::BinaryTraceIo {
+                    offset: base + *end as u64,
+                    reason,
+                })
+            }
+        }
+    }
+    Ok(())
+}
+
 #[inline(always)]
 pub(super) fn unzigzag(v: u64) -> u64 {
     ((v >> 1) as i64 ^ -((v & 1) as i64)) as u64
@@ -914,20 +940,15 @@ impl<R: Read> BinaryReader<R> {
         self.base += self.pos as u64;
         self.end -= self.pos;
         self.pos = 0;
-        while !self.eof && self.end < MAX_RECORD.max(HEADER_LEN) {
-            match self.input.read(&mut self.buf[self.end..]) {
-                Ok(0) => self.eof = true,
-                Ok(n) => self.end += n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(reason) => {
-                    return Err(SimError::BinaryTraceIo {
-                        offset: self.base + self.end as u64,
-                        reason,
-                    })
-                }
-            }
-        }
-        Ok(())
+        let want = MAX_RECORD.max(HEADER_LEN);
+        read_until(
+            &mut self.input,
+            &mut self.buf,
+            &mut self.end,
+            want,
+            &mut self.eof,
+            self.base,
+        )
     }
 
     #[cold]

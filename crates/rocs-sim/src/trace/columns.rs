@@ -34,7 +34,7 @@
 
 use std::io::Read;
 
-use super::binary::{get_varint, kind_code, put_varint, unzigzag, KINDS};
+use super::binary::{get_varint, kind_code, put_varint, read_until, unzigzag, KINDS};
 use super::{TraceEvent, TraceKind};
 use crate::error::SimError;
 
@@ -384,23 +384,14 @@ impl<R: Read> ColumnReader<R> {
         if self.buf.len() < n.max(READ_SIZE) {
             self.buf.resize(n.max(READ_SIZE), 0);
         }
-        while self.end < n {
-            match self.input.read(&mut self.buf[self.end..]) {
-                Ok(0) => {
-                    self.eof = true;
-                    break;
-                }
-                Ok(k) => self.end += k,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(reason) => {
-                    return Err(SimError::BinaryTraceIo {
-                        offset: self.base + self.end as u64,
-                        reason,
-                    })
-                }
-            }
-        }
-        Ok(())
+        read_until(
+            &mut self.input,
+            &mut self.buf,
+            &mut self.end,
+            n,
+            &mut self.eof,
+            self.base,
+        )
     }
 
     /// The next block, left in place (`take_block` or `expand_block` moves past it); `None`
