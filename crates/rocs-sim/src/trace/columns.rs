@@ -12,7 +12,7 @@
 //!   lengths     bytes of the instruction heads, data heads, instruction details, data
 //!               details
 //! stream bits   (refs + 63) / 64 u64 little-endian: bit i (of word i / 64, bit i % 64) set
-//!               if reference i of the block is a data access
+//!               if reference i of the block is a data access; the bits past refs are 0
 //! heads         per stream, one per group: a stream's references in a row that lie in the
 //!               64-byte line (the group's line) its first one ends in, sizes clamped to 64;
 //!               the first one anywhere. A varint, zigzag(the first one's first line - the
