@@ -210,6 +210,7 @@ impl TraceProc {
             }
             if let TraceReader::Columns(r) = &mut self.reader {
                 r.stop_at_block_end(whole_blocks);
+                r.offer_runs(recent.runs);
                 if whole_blocks && !r.in_block() {
                     let taken = blocks::take_block(
                         r,
@@ -230,8 +231,8 @@ impl TraceProc {
                             recent = RecentLines::new(&st.core, self.skip_repeats, self.max_size);
                             continue;
                         }
-                        // One by one, below (where the feed finds the end, too).
-                        blocks::Taken::DoesNotFit | blocks::Taken::End => r.read_block()?,
+                        // Fed below in runs (where the feed finds the end, too).
+                        blocks::Taken::DoesNotFit | blocks::Taken::End => {}
                     }
                 }
             }

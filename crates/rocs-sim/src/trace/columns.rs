@@ -269,32 +269,9 @@ impl<'a> Block<'a> {
                 left[s] -= 1;
                 (line[s], line[s])
             };
-            let d = self.details[s];
-            let p = &mut detail_pos[s];
-            let &b = d
-                .get(*p)
-                .ok_or_else(|| format!("stream {s}: details cut short"))?;
-            *p += 1;
-            let (addr, size_kind) = if b < OTHER {
-                (end[s], b as u64)
-            } else {
-                let sk =
-                    get_varint(d, p).ok_or_else(|| format!("stream {s}: a detail cut short"))?;
-                (first << GROUP_LINE_SHIFT | (b & !OTHER) as u64, sk)
-            };
-            let (size, kind) = (size_kind >> 2, (size_kind & 3) as usize);
-            if size == 0 || (kind != 0) as usize != s {
-                return Err(format!("stream {s}: a malformed detail"));
-            }
-            if addr >> GROUP_LINE_SHIFT != first || group_line(addr, size) != last {
-                return Err(format!("stream {s}: a reference outside its group's lines"));
-            }
-            end[s] = addr.wrapping_add(size);
-            out.push(TraceEvent {
-                kind: KINDS[kind],
-                addr,
-                size,
-            });
+            let ev = detail(self.details[s], &mut detail_pos[s], s, first, last, end[s])?;
+            end[s] = ev.addr.wrapping_add(ev.size);
+            out.push(ev);
         }
         for s in 0..2 {
             if left[s] != 0 || !heads[s].done() || detail_pos[s] != self.details[s].len() {
@@ -305,6 +282,67 @@ impl<'a> Block<'a> {
         }
         Ok(())
     }
+}
+
+/// The reference of stream `s` whose detail is at `*p` in `details`: it starts in line
+/// `first` and ends in `last`, and the stream's reference before it ended at `end`.
+#[inline(always)]
+fn detail(
+    details: &[u8],
+    p: &mut usize,
+    s: usize,
+    first: u64,
+    last: u64,
+    end: u64,
+) -> Result<TraceEvent, String> {
+    let &b = details
+        .get(*p)
+        .ok_or_else(|| format!("stream {s}: details cut short"))?;
+    *p += 1;
+    let (addr, size_kind) = if b < OTHER {
+        (end, b as u64)
+    } else {
+        let sk = get_varint(details, p).ok_or_else(|| format!("stream {s}: a detail cut short"))?;
+        (first << GROUP_LINE_SHIFT | (b & !OTHER) as u64, sk)
+    };
+    let (size, kind) = (size_kind >> 2, (size_kind & 3) as usize);
+    if size == 0 || (kind != 0) as usize != s {
+        return Err(format!("stream {s}: a malformed detail"));
+    }
+    if addr >> GROUP_LINE_SHIFT != first || group_line(addr, size) != last {
+        return Err(format!("stream {s}: a reference outside its group's lines"));
+    }
+    Ok(TraceEvent {
+        kind: KINDS[kind],
+        addr,
+        size,
+    })
+}
+
+/// Where a block fed in runs stands: the next reference, and per stream the references
+/// left in its open group, that group's line, the end of its last reference, and where
+/// its next detail and next head are (and the head before it).
+#[derive(Clone, Copy, Default)]
+struct Cursor {
+    i: usize,
+    left: [u64; 2],
+    line: [u64; 2],
+    end: [u64; 2],
+    detail: [usize; 2],
+    head: [usize; 2],
+    head_prev: [u64; 2],
+}
+
+/// How feeding a block in runs stopped.
+enum Stop {
+    /// The sink wants no more (the block is left part fed).
+    Wants,
+    /// The block is fed.
+    BlockDone,
+    /// The sink did not take the run from this reference on: the rest goes one by one.
+    Refused(usize),
+    /// The trace is over.
+    End,
 }
 
 /// Reads a version 5 trace (after its header) block by block.
@@ -327,6 +365,10 @@ pub struct ColumnReader<R> {
     stop_at_block_end: bool,
     /// The references and bytes of the block `peek_block` gave last.
     peeked: Option<(usize, usize)>,
+    /// A block part fed in runs (`feed`), still at `pos`.
+    cursor: Option<Cursor>,
+    /// `feed` offers its sink runs (see `offer_runs`).
+    runs: bool,
 }
 
 impl<R: Read> ColumnReader<R> {
@@ -346,17 +388,21 @@ impl<R: Read> ColumnReader<R> {
             ended: false,
             stop_at_block_end: false,
             peeked: None,
+            cursor: None,
+            runs: false,
         }
+    }
+
+    /// Whether `feed` offers its sink the references that repeat their stream's last
+    /// 64-byte line as runs (`EventSink::run`): for a sink that takes them, as a replay on
+    /// L1s of such lines does; for any other, reading each block one by one is cheaper.
+    pub fn offer_runs(&mut self, offer: bool) {
+        self.runs = offer;
     }
 
     /// Whether `feed` stops at the end of each block it reads one by one.
     pub fn stop_at_block_end(&mut self, stop: bool) {
         self.stop_at_block_end = stop;
-    }
-
-    /// Read the next block's events to be handed out one by one (`feed`, `next_event`).
-    pub fn read_block(&mut self) -> Result<(), SimError> {
-        self.expand_block().map(|_| ())
     }
 
     /// Events read so far (those of blocks taken whole included).
@@ -397,7 +443,7 @@ impl<R: Read> ColumnReader<R> {
     /// The next block, left in place (`take_block` or `expand_block` moves past it); `None`
     /// at the end of the trace. Only when no block is being read one by one.
     pub fn peek_block(&mut self) -> Result<Option<Block<'_>>, SimError> {
-        debug_assert!(self.next == self.pending.len());
+        debug_assert!(self.next == self.pending.len() && self.cursor.is_none());
         if self.ended {
             return Ok(None);
         }
@@ -510,6 +556,9 @@ impl<R: Read> ColumnReader<R> {
 
     /// The next event, `None` at the end of the trace.
     pub fn next_event(&mut self) -> Result<Option<TraceEvent>, SimError> {
+        if let Some(c) = self.cursor.take() {
+            self.read_one_by_one_from(c.i)?;
+        }
         if self.next == self.pending.len() && !self.expand_block()? {
             return Ok(None);
         }
@@ -518,12 +567,23 @@ impl<R: Read> ColumnReader<R> {
         Ok(Some(self.pending[self.next - 1]))
     }
 
-    /// Whether events of a block read one by one are left to hand out.
+    /// Whether a block is part read (its events one by one, or in runs).
     pub fn in_block(&self) -> bool {
-        self.next < self.pending.len()
+        self.next < self.pending.len() || self.cursor.is_some()
     }
 
-    /// Hand events to `sink` while it wants more; false when the trace is over.
+    /// The block at `pos` read into the pending events, to be handed out from reference
+    /// `from` on (those before it were handed out already).
+    fn read_one_by_one_from(&mut self, from: usize) -> Result<(), SimError> {
+        self.expand_block()?;
+        self.next = from;
+        Ok(())
+    }
+
+    /// Hand events to `sink` while it wants more; false when the trace is over. A group's
+    /// references after its first repeat the line their stream touched last: those between
+    /// two first ones are offered to the sink as a run (`EventSink::run`), and handed one
+    /// by one only if it does not take them.
     #[inline(always)]
     pub fn feed<S: super::EventSink>(&mut self, sink: &mut S) -> Result<bool, SimError> {
         loop {
@@ -536,13 +596,146 @@ impl<R: Read> ColumnReader<R> {
                 self.events += 1;
                 sink.event(ev)?;
             }
-            if !sink.wants() || self.stop_at_block_end && !self.pending.is_empty() {
+            if !self.pending.is_empty() {
+                // A block handed out one by one has ended.
+                self.pending.clear();
+                self.next = 0;
+                if self.stop_at_block_end {
+                    return Ok(true);
+                }
+            }
+            if !sink.wants() {
                 return Ok(true);
             }
-            if !self.expand_block()? {
-                return Ok(false);
+            if !self.runs && self.cursor.is_none() {
+                if !self.expand_block()? {
+                    return Ok(false);
+                }
+                continue;
+            }
+            match self.feed_runs(sink)? {
+                Stop::Wants => return Ok(true),
+                Stop::BlockDone if self.stop_at_block_end => return Ok(true),
+                Stop::BlockDone => {}
+                Stop::Refused(from) => self.read_one_by_one_from(from)?,
+                Stop::End => return Ok(false),
             }
         }
+    }
+
+    /// Feed the block at `pos` (from where an earlier call stopped) in runs: each group's
+    /// first reference as an event, the references between them as runs.
+    #[inline(always)]
+    fn feed_runs<S: super::EventSink>(&mut self, sink: &mut S) -> Result<Stop, SimError> {
+        self.pending.clear();
+        self.next = 0;
+        let mut c = self.cursor.take().unwrap_or_default();
+        let Some(block) = self.peek_block()? else {
+            return Ok(Stop::End);
+        };
+        let (refs, bytes, offset) = (block.refs, block.bytes(), block.offset);
+        let mut run = [0u64; 2];
+        let mut run_from = c.i;
+        let mut taken = 0u64;
+        let mut failed = None;
+        let stop = loop {
+            if c.i == refs {
+                if run != [0; 2] && !(sink.wants() && sink.run(run[0], run[1])) {
+                    break Stop::Refused(run_from);
+                }
+                taken += run[0] + run[1];
+                break Stop::BlockDone;
+            }
+            let s = (block.bits(c.i / 64) >> (c.i % 64) & 1) as usize;
+            if c.left[s] > 0 {
+                // Its event is not needed, but its end is (the next may start there).
+                let line = c.line[s];
+                match detail(block.details[s], &mut c.detail[s], s, line, line, c.end[s]) {
+                    Ok(ev) => c.end[s] = ev.addr.wrapping_add(ev.size),
+                    Err(m) => {
+                        failed = Some(m);
+                        break Stop::Wants;
+                    }
+                }
+                c.left[s] -= 1;
+                run[s] += 1;
+                c.i += 1;
+                continue;
+            }
+            if run != [0; 2] {
+                if !(sink.wants() && sink.run(run[0], run[1])) {
+                    break Stop::Refused(run_from);
+                }
+                taken += run[0] + run[1];
+                run = [0; 2];
+            }
+            if !sink.wants() {
+                break Stop::Wants;
+            }
+            let mut heads = Heads {
+                bytes: block.heads[s],
+                pos: c.head[s],
+                prev: c.head_prev[s],
+            };
+            let Some(h) = heads.read() else {
+                failed = Some(format!("stream {s}: a head cut short"));
+                break Stop::Wants;
+            };
+            (c.head[s], c.head_prev[s]) = (heads.pos, heads.prev);
+            let ev = match detail(
+                block.details[s],
+                &mut c.detail[s],
+                s,
+                h.line,
+                h.group_line(),
+                c.end[s],
+            ) {
+                Ok(ev) => ev,
+                Err(m) => {
+                    failed = Some(m);
+                    break Stop::Wants;
+                }
+            };
+            c.left[s] = h.count - 1;
+            c.line[s] = h.group_line();
+            c.end[s] = ev.addr.wrapping_add(ev.size);
+            c.i += 1;
+            run_from = c.i;
+            taken += 1;
+            if let Err(e) = sink.event(ev) {
+                self.events += taken;
+                self.cursor = Some(c);
+                return Err(e);
+            }
+        };
+        if let Some(message) = failed {
+            return Err(self.error(self.pos, message));
+        }
+        if let Stop::BlockDone = stop {
+            let whole = c.left == [0; 2]
+                && c.head.iter().zip(block.heads).all(|(&p, h)| p == h.len())
+                && c.detail
+                    .iter()
+                    .zip(block.details)
+                    .all(|(&p, d)| p == d.len());
+            if !whole {
+                return Err(SimError::BinaryTrace {
+                    offset,
+                    message: "a block: its groups do not match its stream bits".into(),
+                });
+            }
+        }
+        self.events += taken;
+        match stop {
+            Stop::BlockDone => {
+                self.pos += bytes;
+                self.peeked = None;
+            }
+            Stop::Wants => self.cursor = Some(c),
+            // `read_one_by_one_from` reads the block again.
+            Stop::Refused(_) | Stop::End => self.peeked = None,
+        }
+        Ok(stop)
     }
 }
 
