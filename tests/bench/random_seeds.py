@@ -17,6 +17,17 @@ the prefetcher off while profiling, other tenants' placements). --runs FILE also
 every run's speedup (offset, build, workload, machine, speedup, and in a shared run its
 slowest tenant's; tab-separated), to see which runs two builds part on. Shared runs also
 count those whose slowest tenant ran below 0.95 of its baseline (issue 12's tenant bound).
+Each line also gives, where the page's oracle gains 5%, the median and the
+90th-percentile-worst of each run's speedup over the page's oracle speedup (issue 12's
+fraction of the oracle, judged against the page's oracle runs, not made again).
+
+--cost-scale F runs every workload on a copy of its built-in machine whose fixed costs of
+rocs, a page migration (`migration_ns_per_4k`) and a sample (`pmu.sample_cost_cycles`),
+are F times the machine's. A campaign's run lasts 200 controller windows of a few hundred
+thousand cycles, where rocsd's window on Linux is 100 ms (hundreds of millions of
+cycles): a run stands for a program of about 20 seconds whose every fixed cost is paid
+hundreds of times over in proportion. F = 0.1 or 0.01 asks what the campaign's losses
+would be if those costs were in the proportion they have to a real window.
 
     tests/bench/random_seeds.py --page docs/evaluation/random.json --offset 1 --offset 2 \\
         OLD_ROCSCTL NEW_ROCSCTL
@@ -29,14 +40,43 @@ import os
 import re
 import statistics
 import subprocess
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
 
+MACHINES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                        "crates", "rocs-sim", "machines")
+# The fixed costs of rocs in a machine's TOML: a key at the start of a line, its value.
+COST_KEYS = ("migration_ns_per_4k", "sample_cost_cycles")
 
-def run_rocs(binary, page_dir, row, offset):
-    """The run's `sim run --json` output."""
+
+def scaled_machines(names, scale, into):
+    """Write each built-in machine of `names` to `into`/NAME.toml with its fixed costs
+    of rocs (COST_KEYS) times `scale`; returns {name: path}."""
+    paths = {}
+    for name in sorted(set(names)):
+        source = os.path.join(MACHINES, name + ".toml")
+        text = open(source).read()
+        for key in COST_KEYS:
+            pattern = re.compile(rf"^{key} = ([0-9.]+)$", re.M)
+            if len(pattern.findall(text)) != 1:
+                raise SystemExit(f"{source}: expected one line '{key} = N' to scale; "
+                                 f"give the key explicitly there")
+            value = float(pattern.search(text).group(1)) * scale
+            # sample_cost_cycles is an integer; a cost scaled below one cycle stays one.
+            new = f"{max(1, round(value))}" if key == "sample_cost_cycles" else f"{value:g}"
+            text = pattern.sub(f"{key} = {new}", text)
+        paths[name] = os.path.join(into, name + ".toml")
+        with open(paths[name], "w") as f:
+            f.write(text)
+    return paths
+
+
+def run_rocs(binary, page_dir, row, offset, machines=None):
+    """The run's `sim run --json` output (on `machines`[its machine] if given)."""
+    machine = (machines or {}).get(row["machine"], row["machine"])
     command = [binary, "sim", "run", "--workload",
                os.path.join(page_dir, "random", row["workload"] + ".toml"),
-               "--machine", row["machine"], "--seed", str((row["seed"] + offset) % 2**64),
+               "--machine", machine, "--seed", str((row["seed"] + offset) % 2**64),
                "--mode", "rocs", "--json"]
     run = subprocess.run(command, capture_output=True, text=True)
     if run.returncode != 0:
@@ -44,13 +84,14 @@ def run_rocs(binary, page_dir, row, offset):
     return json.loads(run.stdout)
 
 
-def largest_own_promise(binary, page_dir, row, offset):
+def largest_own_promise(binary, page_dir, row, offset, machines=None):
     """The largest promise (% of sampled LLC loads) of the run's searches for a target's
     own gain (those at least min_promise, 2% by default), read from `--timeline`'s
     "profile -> search" reasons; None if it made no such search."""
+    machine = (machines or {}).get(row["machine"], row["machine"])
     command = [binary, "sim", "run", "--workload",
                os.path.join(page_dir, "random", row["workload"] + ".toml"),
-               "--machine", row["machine"], "--seed", str((row["seed"] + offset) % 2**64),
+               "--machine", machine, "--seed", str((row["seed"] + offset) % 2**64),
                "--mode", "rocs", "--timeline"]
     out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
     promises = [float(p) for p in re.findall(
@@ -94,6 +135,9 @@ def main():
                     help="also compare, over the runs below 0.99, the largest promise of "
                          "their searches for a target's own gain with the page's oracle gain")
     ap.add_argument("--runs", metavar="FILE", help="also write every run's speedup here")
+    ap.add_argument("--cost-scale", type=float, default=1.0, metavar="F",
+                    help="run on copies of the built-in machines whose page migration and "
+                         "sample costs are F times theirs (see above)")
     ap.add_argument("rocsctl", nargs="+")
     args = ap.parse_args()
     rows = json.load(open(args.page))["rows"]
@@ -103,11 +147,19 @@ def main():
             raise SystemExit(f"{args.page}: no run where the oracle gains "
                              f"{args.where_oracle_gains:.0%}; give a smaller --where-oracle-gains")
     page_dir = os.path.dirname(os.path.abspath(args.page))
+    if args.cost_scale <= 0:
+        raise SystemExit(f"--cost-scale {args.cost_scale}: give a factor above 0")
+    machines = None
+    if args.cost_scale != 1.0:
+        scaled_dir = tempfile.TemporaryDirectory(prefix="rocs-cost-scale.")
+        machines = scaled_machines((r["machine"] for r in rows), args.cost_scale,
+                                   scaled_dir.name)
     runs = open(args.runs, "w") if args.runs else None
     with ThreadPoolExecutor(args.jobs) as pool:
         for offset in args.offset or [0]:
             for binary in args.rocsctl:
-                results = list(pool.map(lambda r: run_rocs(binary, page_dir, r, offset), rows))
+                results = list(pool.map(
+                    lambda r: run_rocs(binary, page_dir, r, offset, machines), rows))
                 got = [r["speedup"] for r in results]
                 if runs:
                     for row, speedup, result in zip(rows, got, results):
@@ -120,10 +172,17 @@ def main():
                 tenants = [t for t in map(worst_tenant, results) if t is not None]
                 bound = (f", {sum(t < 0.95 for t in tenants)} of {len(tenants)} shared runs "
                          f"with a tenant below 0.95 (worst {min(tenants):.3f})") if tenants else ""
-                print(f"seed +{offset} {binary}: {len(got)} runs, "
+                of_oracle = sorted(s / row["oracle_speedup"] for row, s in zip(rows, got)
+                                   if row["oracle_speedup"] >= 1.05)
+                oracle = (f"; where the page's oracle gains 5% ({len(of_oracle)} runs), "
+                          f"median of it {statistics.median(of_oracle):.3f}, "
+                          f"90th-percentile-worst {of_oracle[len(of_oracle) // 10]:.3f}"
+                          ) if of_oracle else ""
+                scale = f" (costs x{args.cost_scale:g})" if machines else ""
+                print(f"seed +{offset} {binary}{scale}: {len(got)} runs, "
                       f"{sum(s < 0.99 for s in got)} below 0.99, worst {min(got):.3f}, "
-                      f"median {statistics.median(got):.4f}, geomean {geomean:.4f}{bound}",
-                      flush=True)
+                      f"median {statistics.median(got):.4f}, geomean {geomean:.4f}{bound}"
+                      f"{oracle}", flush=True)
                 if args.losses:
                     split = [slowest_tenant_loss(r) for r in results if r["speedup"] < 0.99]
                     total, moves, sampling = (sum(x[i] for x in split) for i in range(3))
@@ -133,7 +192,7 @@ def main():
                 if args.promises:
                     below = [row for row, r in zip(rows, results) if r["speedup"] < 0.99]
                     found = pool.map(lambda row: (row, largest_own_promise(
-                        binary, page_dir, row, offset)), below)
+                        binary, page_dir, row, offset, machines)), below)
                     pairs = [(p, row["oracle_speedup"] - 1) for row, p in found if p is not None]
                     if pairs:
                         over = sum(gain < p / 200 for p, gain in pairs)

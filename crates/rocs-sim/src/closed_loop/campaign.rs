@@ -19,6 +19,9 @@ pub const LOSS: f64 = 0.99;
 pub const GAINFUL: f64 = 1.05;
 /// No tenant of a shared LLC may be slowed more than this against k = 0.
 pub const TENANT_FLOOR: f64 = 0.95;
+/// rocsd's measurement window on Linux (rocs-config's default `window_ms`), in seconds:
+/// what a simulated controller window stands for.
+const ROCSD_WINDOW_SECONDS: f64 = 0.1;
 
 /// One generated workload on one machine.
 #[derive(Clone, Debug)]
@@ -89,10 +92,22 @@ pub struct RandomRow {
     pub search_windows: u64,
     /// Cycles paid for sampling and migrating / rocs cycles.
     pub overhead: f64,
+    /// Cycles the rocs run paid for sampling / baseline cycles (so that a run's loss,
+    /// rocs cycles / baseline cycles - 1, splits into this, `migrations` and the rest).
+    #[serde(default)]
+    pub sampling: f64,
+    /// Cycles the rocs run paid for page migrations / baseline cycles.
+    #[serde(default)]
+    pub migrations: f64,
     pub wall_seconds: f64,
 }
 
 impl RandomRow {
+    /// rocs cycles / baseline cycles - 1: what the run lost (negative if it gained).
+    pub fn loss(&self) -> f64 {
+        1.0 / self.speedup - 1.0
+    }
+
     /// The worst tenant's speedup (the run's own with one tenant).
     pub fn worst_tenant(&self) -> f64 {
         self.tenant_speedups
@@ -149,6 +164,11 @@ pub fn run_case(
         pages_confined: rocs.pages_confined,
         search_windows: rocs.search_windows,
         overhead: ratio(rocs.overhead_cycles, rocs.stats.cycles),
+        sampling: ratio(rocs.stats.sampling_overhead_cycles, c.baseline.stats.cycles),
+        migrations: ratio(
+            rocs.stats.migration_overhead_cycles,
+            c.baseline.stats.cycles,
+        ),
         wall_seconds: start.elapsed().as_secs_f64(),
     })
 }
@@ -358,6 +378,7 @@ impl RandomCampaign {
             &cells,
         );
         s += &targets(&self.targets());
+        s += &self.where_losses_go(&machines);
         s += "\n## The worst runs\n\n";
         let mut worst: Vec<&RandomRow> = self.rows.iter().collect();
         worst.sort_by(|a, b| a.speedup.total_cmp(&b.speedup));
@@ -366,19 +387,95 @@ impl RandomCampaign {
             .take(10.max(self.summary.losses))
             .map(|r| row_cells(r))
             .collect::<Vec<_>>();
-        s += &table(&ROW_HEADER, "rlrlrrrrrl", &shown);
+        s += &table(&ROW_HEADER, "rlrlrrrrrrrl", &shown);
         let mut tenants: Vec<&RandomRow> = self.rows.iter().filter(|r| r.tenants > 1).collect();
         tenants.sort_by(|a, b| a.worst_tenant().total_cmp(&b.worst_tenant()));
         if !tenants.is_empty() {
             s += "## The worst-treated tenants\n\n";
             let shown: Vec<Vec<String>> = tenants.iter().take(5).map(|r| row_cells(r)).collect();
-            s += &table(&ROW_HEADER, "rlrlrrrrrl", &shown);
+            s += &table(&ROW_HEADER, "rlrlrrrrrrrl", &shown);
         }
+        s
+    }
+
+    /// Per machine, what the runs below [`LOSS`] lost on average, split into sampling,
+    /// page moves and the rest.
+    fn where_losses_go(&self, machines: &[&str]) -> String {
+        let mut cells = Vec::new();
+        for m in machines.iter().copied().chain(["**all**"]) {
+            let below: Vec<&RandomRow> = self
+                .rows
+                .iter()
+                .filter(|r| (m == "**all**" || r.machine == m) && r.speedup < LOSS)
+                .collect();
+            if below.is_empty() {
+                continue;
+            }
+            let mean = |f: &dyn Fn(&RandomRow) -> f64| {
+                below.iter().map(|r| f(r)).sum::<f64>() / below.len() as f64
+            };
+            let (loss, sampling, moves) = (
+                mean(&|r| r.loss()),
+                mean(&|r| r.sampling),
+                mean(&|r| r.migrations),
+            );
+            let mut windows: Vec<f64> = below
+                .iter()
+                .map(|r| r.baseline_cycles as f64 / self.windows_per_run.max(1) as f64)
+                .collect();
+            windows.sort_by(f64::total_cmp);
+            // The built-in machine's clock; none for the whole campaign or a machine file.
+            let rocsd_window = MachineSpec::resolve(m).ok().map_or("-".into(), |spec| {
+                format!("{:.0} M", spec.clock_ghz * 1e9 * ROCSD_WINDOW_SECONDS / 1e6)
+            });
+            cells.push(vec![
+                m.to_string(),
+                below.len().to_string(),
+                percent(loss),
+                percent(sampling),
+                percent(moves),
+                percent(loss - sampling - moves),
+                format!("{:.2} M", nearest_rank(&windows, 0.5).unwrap_or(0.0) / 1e6),
+                rocsd_window,
+            ]);
+        }
+        if cells.is_empty() {
+            return String::new();
+        }
+        let mut s = String::from("\n## Where the runs below 0.99 lose\n\n");
+        s += "Each run's loss (rocs cycles / baseline cycles - 1) splits into what the rocs \
+              run paid for sampling, what it paid for page migrations (both over the \
+              baseline's cycles) and the rest: what probes at worse placements and the \
+              placements kept cost or won. Means over the runs below 0.99, with the median \
+              length of their controller windows beside rocsd's window on Linux (100 ms) \
+              at the machine's clock. A page move costs as many cycles in either, so the \
+              same moves weigh that many times more in these runs than in a program of as \
+              many 100 ms windows; and to gather in windows this short the samples a real \
+              profile gathers, the simulated one may spend a quarter of its windows' cycles \
+              on sampling (rocsd: 1%).\n\n";
+        s += &table(
+            &[
+                "machine",
+                "runs below 0.99",
+                "loss",
+                "sampling",
+                "page moves",
+                "the rest",
+                "controller window (cycles)",
+                "rocsd's window (cycles)",
+            ],
+            "lrrrrrrr",
+            &cells,
+        );
         s
     }
 }
 
-const ROW_HEADER: [&str; 10] = [
+fn percent(v: f64) -> String {
+    format!("{:.2}%", 100.0 * v)
+}
+
+const ROW_HEADER: [&str; 12] = [
     "run",
     "machine",
     "seed",
@@ -388,6 +485,8 @@ const ROW_HEADER: [&str; 10] = [
     "of oracle",
     "worst tenant",
     "pages confined",
+    "sampling",
+    "page moves",
     "replay",
 ];
 
@@ -402,6 +501,8 @@ fn row_cells(r: &RandomRow) -> Vec<String> {
         format!("{:.3}", r.fraction_of_oracle),
         format!("{:.3}", r.worst_tenant()),
         r.pages_confined.to_string(),
+        percent(r.sampling),
+        percent(r.migrations),
         format!(
             "`rocsctl sim run --workload random/{}.toml --machine {} --seed {} --mode all`",
             r.workload, r.machine, r.seed
@@ -457,6 +558,8 @@ mod tests {
             pages_confined: 0,
             search_windows: 0,
             overhead: 0.0,
+            sampling: 0.0,
+            migrations: 0.0,
             wall_seconds: 0.0,
         }
     }
@@ -480,6 +583,28 @@ mod tests {
         assert_eq!(s.multi_tenant, 2);
         assert_eq!(s.worst_tenant, Some((1, 0.93)));
         assert_eq!(s.tenants_over_bound, 1);
+    }
+
+    #[test]
+    fn the_page_splits_what_the_losing_runs_lost() {
+        let mut losing = row(0, 0.98, 1.0, vec![0.98]);
+        losing.baseline_cycles = 200_000_000;
+        (losing.sampling, losing.migrations) = (0.01, 0.005);
+        let mut even = row(1, 1.0, 1.0, vec![1.0]);
+        even.sampling = 0.5;
+        let page = RandomCampaign::new(
+            "test".into(),
+            1,
+            2000.0,
+            &LoopConfig::default(),
+            vec![losing, even],
+        )
+        .markdown();
+        // 1 / 0.98 - 1 = 2.04%: 1% sampling, 0.5% moves, 0.54% the rest; 200 windows of
+        // 1 M cycles; the run at 1.0 is not among them.
+        let line = "| tiny | 1 | 2.04% | 1.00% | 0.50% | 0.54% | 1.00 M |";
+        assert!(page.contains(line), "{page}");
+        assert!(page.contains("| **all** | 1 | 2.04% |"), "{page}");
     }
 
     #[test]
