@@ -10,7 +10,8 @@ prints per build and offset: runs below 0.99 of off, the worst run, the median a
 geometric mean. --where-oracle-gains 0.05 keeps only the runs where the page's oracle gains
 5%, to see what a change costs in gains. --promises compares, over the runs below 0.99, the
 largest promise of their searches for a target's own gain (from `--timeline`) with the
-page's oracle gain. --losses also says where the runs below 0.99 lose:
+page's oracle gain. --endings counts, over the runs below 0.95 of the page's oracle where it gains 5%,
+how their profiles and searches ended. --losses also says where the runs below 0.99 lose:
 summed over each such run's slowest tenant, its cycles over its baseline's less one, split
 into what page migrations and sampling cost it and the rest (probes at worse placements,
 the prefetcher off while profiling, other tenants' placements). --runs FILE also writes
@@ -84,6 +85,41 @@ def run_rocs(binary, page_dir, row, offset, machines=None):
     return json.loads(run.stdout)
 
 
+# How an attempt ended, from `--timeline`'s transitions out of Profile or Search: the
+# first phrase of the reason that names it, most specific first.
+ENDINGS = (
+    ("started or stopped", "a sharer started or stopped"),
+    ("too noisy to search", "too noisy to search"),
+    ("having found no gain", "the cost rule, no gain found"),
+    ("nothing to win", "the profile promised nothing"),
+    ("nothing to confine", "the profile promised nothing"),
+    ("the target exited", "the target exited"),
+    ("missed too little", "k = 0 missed too little"),
+    ("no longer run", "the targets it was for ended"),
+    ("the confined pages are back", "its pages went back, observed afresh"),
+    ("search chose k = 0 ", "measured, chose k = 0"),
+    ("search chose k = ", "measured, chose k > 0"),
+)
+
+
+def attempt_endings(binary, page_dir, row, offset, machines=None):
+    """How each of the run's attempts ended: (state left, ending) per transition out of
+    Profile (but into Search) or Search, read from `--timeline`."""
+    machine = (machines or {}).get(row["machine"], row["machine"])
+    command = [binary, "sim", "run", "--workload",
+               os.path.join(page_dir, "random", row["workload"] + ".toml"),
+               "--machine", machine, "--seed", str((row["seed"] + offset) % 2**64),
+               "--mode", "rocs", "--timeline"]
+    out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+    endings = []
+    for state, to, reason in re.findall(r"state +(profile|search) -> (\w+): ([^\n]*)", out):
+        if to == "search":
+            continue  # a profile that led to a search did not end the attempt
+        ending = next((name for phrase, name in ENDINGS if phrase in reason), "other")
+        endings.append((state, ending))
+    return endings
+
+
 def largest_own_promise(binary, page_dir, row, offset, machines=None):
     """The largest promise (% of sampled LLC loads) of the run's searches for a target's
     own gain (those at least min_promise, 2% by default), read from `--timeline`'s
@@ -134,6 +170,10 @@ def main():
     ap.add_argument("--promises", action="store_true",
                     help="also compare, over the runs below 0.99, the largest promise of "
                          "their searches for a target's own gain with the page's oracle gain")
+    ap.add_argument("--endings", action="store_true",
+                    help="also count, over the runs below 0.95 of the page's oracle where it "
+                         "gains 5%%, how their attempts ended (profiles and searches, from "
+                         "--timeline)")
     ap.add_argument("--runs", metavar="FILE", help="also write every run's speedup here")
     ap.add_argument("--cost-scale", type=float, default=1.0, metavar="F",
                     help="run on copies of the built-in machines whose page migration and "
@@ -189,6 +229,19 @@ def main():
                     print(f"  losses below 0.99, summed over their slowest tenants: "
                           f"{total:.3f} = migrations {moves:.3f} + sampling {sampling:.3f} "
                           f"+ the rest {total - moves - sampling:.3f}", flush=True)
+                if args.endings:
+                    short = [row for row, s in zip(rows, got)
+                             if row["oracle_speedup"] >= 1.05
+                             and s / row["oracle_speedup"] < 0.95]
+                    counts = {}
+                    for endings in pool.map(lambda row: attempt_endings(
+                            binary, page_dir, row, offset, machines), short):
+                        for e in endings:
+                            counts[e] = counts.get(e, 0) + 1
+                    print(f"  attempts of the {len(short)} runs below 0.95 of the page's oracle "
+                          f"where it gains 5%, by how they ended:", flush=True)
+                    for (state, ending), n in sorted(counts.items(), key=lambda c: -c[1]):
+                        print(f"    {n:4} {state}: {ending}", flush=True)
                 if args.promises:
                     below = [row for row, r in zip(rows, results) if r["speedup"] < 0.99]
                     found = pool.map(lambda row: (row, largest_own_promise(
