@@ -72,17 +72,23 @@ def scaled_machines(names, scale, into):
     return paths
 
 
-def run_rocs(binary, page_dir, row, offset, machines=None):
-    """The run's `sim run --json` output (on `machines`[its machine] if given)."""
+def rocs_run(binary, page_dir, row, offset, machines, output):
+    """The standard output of the run in rocs mode (on `machines`[its machine] if given),
+    with `output` (`--json` or `--timeline`)."""
     machine = (machines or {}).get(row["machine"], row["machine"])
     command = [binary, "sim", "run", "--workload",
                os.path.join(page_dir, "random", row["workload"] + ".toml"),
                "--machine", machine, "--seed", str((row["seed"] + offset) % 2**64),
-               "--mode", "rocs", "--json"]
+               "--mode", "rocs", output]
     run = subprocess.run(command, capture_output=True, text=True)
     if run.returncode != 0:
         raise SystemExit(f"{' '.join(command)} failed:\n{run.stderr}")
-    return json.loads(run.stdout)
+    return run.stdout
+
+
+def run_rocs(binary, page_dir, row, offset, machines=None):
+    """The run's `sim run --json` output."""
+    return json.loads(rocs_run(binary, page_dir, row, offset, machines, "--json"))
 
 
 # How an attempt ended, from `--timeline`'s transitions out of Profile or Search: the
@@ -105,12 +111,7 @@ ENDINGS = (
 def attempt_endings(binary, page_dir, row, offset, machines=None):
     """How each of the run's attempts ended: (state left, ending) per transition out of
     Profile (but into Search) or Search, read from `--timeline`."""
-    machine = (machines or {}).get(row["machine"], row["machine"])
-    command = [binary, "sim", "run", "--workload",
-               os.path.join(page_dir, "random", row["workload"] + ".toml"),
-               "--machine", machine, "--seed", str((row["seed"] + offset) % 2**64),
-               "--mode", "rocs", "--timeline"]
-    out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+    out = rocs_run(binary, page_dir, row, offset, machines, "--timeline")
     endings = []
     for state, to, reason in re.findall(r"state +(profile|search) -> (\w+): ([^\n]*)", out):
         if to == "search":
@@ -124,12 +125,7 @@ def largest_own_promise(binary, page_dir, row, offset, machines=None):
     """The largest promise (% of sampled LLC loads) of the run's searches for a target's
     own gain (those at least min_promise, 2% by default), read from `--timeline`'s
     "profile -> search" reasons; None if it made no such search."""
-    machine = (machines or {}).get(row["machine"], row["machine"])
-    command = [binary, "sim", "run", "--workload",
-               os.path.join(page_dir, "random", row["workload"] + ".toml"),
-               "--machine", machine, "--seed", str((row["seed"] + offset) % 2**64),
-               "--mode", "rocs", "--timeline"]
-    out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+    out = rocs_run(binary, page_dir, row, offset, machines, "--timeline")
     promises = [float(p) for p in re.findall(
         r"profile -> search: [^\n]*?; ([0-9.]+)% of the sampled LLC loads", out)]
     own = [p for p in promises if p >= 2.0]
