@@ -443,16 +443,20 @@ impl RandomCampaign {
             return String::new();
         }
         let mut s = String::from("\n## Where the runs below 0.99 lose\n\n");
-        s += "Each run's loss (rocs cycles / baseline cycles - 1) splits into what the rocs \
-              run paid for sampling, what it paid for page migrations (both over the \
-              baseline's cycles) and the rest: what probes at worse placements and the \
-              placements kept cost or won. Means over the runs below 0.99, with the median \
-              length of their controller windows beside rocsd's window on Linux (100 ms) \
-              at the machine's clock. A page move costs as many cycles in either, so the \
-              same moves weigh that many times more in these runs than in a program of as \
-              many 100 ms windows; and to gather in windows this short the samples a real \
-              profile gathers, the simulated one may spend a quarter of its windows' cycles \
-              on sampling (rocsd: 1%).\n\n";
+        let window_ms = ROCSD_WINDOW_SECONDS * 1e3;
+        let _ = writeln!(
+            s,
+            "Each run's loss (rocs cycles / baseline cycles - 1) splits into what the rocs \
+             run paid for sampling, what it paid for page migrations (both over the \
+             baseline's cycles) and the rest: what probes at worse placements and the \
+             placements kept cost or won. Means over the runs below 0.99, with the median \
+             length of their controller windows beside rocsd's window on Linux \
+             ({window_ms:.0} ms) at the machine's clock. A page move costs as many cycles in \
+             either, so the same moves weigh that many times more in these runs than in a \
+             program of as many {window_ms:.0} ms windows; and to gather in windows this \
+             short the samples a real profile gathers, the simulated one may spend a \
+             quarter of its windows' cycles on sampling (rocsd: 1%).\n"
+        );
         s += &table(
             &[
                 "machine",
