@@ -10,8 +10,9 @@ prints per build and offset: runs below 0.99 of off, the worst run, the median a
 geometric mean. --where-oracle-gains 0.05 keeps only the runs where the page's oracle gains
 5%, to see what a change costs in gains. --promises compares, over the runs below 0.99, the
 largest promise of their searches for a target's own gain (from `--timeline`) with the
-page's oracle gain. --endings counts, over the runs below 0.95 of the page's oracle where it gains 5%,
-how their profiles and searches ended. --losses also says where the runs below 0.99 lose:
+page's oracle gain. --endings counts, over the runs below 0.95 of the page's oracle where
+it gains 5%, how their profiles and searches ended. --losses also says where the runs
+below 0.99 lose:
 summed over each such run's slowest tenant, its cycles over its baseline's less one, split
 into what page migrations and sampling cost it and the rest (probes at worse placements,
 the prefetcher off while profiling, other tenants' placements). --runs FILE also writes
