@@ -28,7 +28,7 @@ pub struct AdaptiveSearch {
     tolerance: usize,
     /// The search is judged by an LLC group's score ([`Search::judged_by_group`]): a coarse
     /// point that looks past the peak on one window is measured again (and so is the best)
-    /// before the coarse pass stops, and two candidates measured more than once are
+    /// before the coarse pass stops, unless it fell [`FAR_BELOW_MARGINS`] margins below, and two candidates measured more than once are
     /// compared by their own spreads rather than the pooled one.
     #[serde(default)]
     judged_by_group: bool,
@@ -117,6 +117,11 @@ const GOLDEN: f64 = 0.381_966;
 /// Most region boundaries the coarse pass measures; more regions than this and doubling
 /// is cheaper.
 const MAX_COARSE_BOUNDARIES: usize = 8;
+/// A group-judged coarse point measured this many margins below the best is past the peak
+/// on one window: sharers' phases scatter a group's score by a few margins, not more (on
+/// random.md's workloads, 4 margins left 4-6 fewer runs below 0.99 at each of three seed
+/// offsets and 2-3 fewer shared runs over the tenant bound; NOTES.md session 42).
+const FAR_BELOW_MARGINS: f64 = 4.0;
 
 impl AdaptiveSearch {
     /// `page_budget`: pages moved in one window. A first coarse point that takes more
@@ -383,7 +388,11 @@ impl AdaptiveSearch {
         let (best, best_ipc) = m.best().expect("k = 0 was measured");
         let ipc = m.mean(k).expect("measured");
         let past_peak = best != k && ipc < best_ipc - self.margin(m, k, best);
-        if past_peak && self.judged_by_group && self.max_repeats >= 2 {
+        // A window this far below the best is no sharer's phase: a second one at a
+        // placement that bad (the whole stack confined cost its searcher 64% on random
+        // run c39069bb) only costs another window there.
+        let far_below = ipc < best_ipc - FAR_BELOW_MARGINS * self.margin(m, k, best);
+        if past_peak && !far_below && self.judged_by_group && self.max_repeats >= 2 {
             if let Some(again) = [k, best].into_iter().find(|&x| m.count(x) < 2) {
                 return Flow::Ask(Next::Measure(again));
             }

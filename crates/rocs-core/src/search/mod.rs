@@ -396,6 +396,29 @@ mod tests {
     }
 
     #[test]
+    fn a_group_judged_point_far_below_the_best_is_not_measured_twice() {
+        // Judged by an LLC group, a coarse point past the peak on one window is measured
+        // again, as sharers' phases scatter the score; but not one that fell far below:
+        // confining the whole stack here costs 65%, which no phase explains.
+        let knobs = Knobs::default();
+        let count = |whole_stack: f64| {
+            let mut s = Search::new(&knobs, 1000, vec![]);
+            s.judged_by_group();
+            let (_, log) = run_logged(s, |k, t| {
+                let noise = 0.004 * (t % 2) as f64;
+                if k == 1000 {
+                    whole_stack + noise
+                } else {
+                    1.0 + 0.02 * k as f64 / 1000.0 + noise
+                }
+            });
+            log.iter().filter(|&&k| k == 1000).count()
+        };
+        assert_eq!(count(0.35), 1, "far below");
+        assert_eq!(count(0.97), 2, "past the peak, within what phases scatter");
+    }
+
+    #[test]
     fn a_drift_in_time_is_not_taken_for_a_gain_and_a_gain_is_kept_despite_one() {
         // A program warming up: IPC rises 5% a window whatever is confined. The coarse
         // pass measures growing k one after another and sees the largest win; the balanced
