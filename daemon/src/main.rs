@@ -274,7 +274,11 @@ async fn start_serving(
     ))];
     if let Some(addr) = daemon.config.metrics {
         let l = metrics::bind(addr).await?;
-        tracing::info!("metrics on http://{addr}/metrics");
+        // The address bound, not the one asked for: port 0 asks for any free port.
+        let bound = l
+            .local_addr()
+            .context("reading the metrics address bound")?;
+        tracing::info!("metrics on http://{bound}/metrics");
         tasks.push(tokio::spawn(metrics::serve(
             l,
             daemon.clone(),

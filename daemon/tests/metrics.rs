@@ -15,24 +15,24 @@ use scrape::{documented, families, get, request};
 
 const OPENMETRICS: &str = "application/openmetrics-text;version=1.0.0";
 
-fn rocsd_with_metrics(addr: &str) -> (common::Rocsd, u64) {
-    let config = format!(
-        "platform = \"sim\"\nmetrics = \"{addr}\"\n[sim]\nmachine = \"tiny\"\nwindow_cycles = 1_000_000\n\
-         pause_ms = 5\n[[sim.workload]]\nname = \"twolf-like\"\n"
-    );
-    let d = common::start(&config, &[("10-all.toml", "[match]\ncomm = \"*\"\n")]);
+/// rocsd with its metrics on a free port of the loopback, the address it bound, and the pid
+/// of its first target once measured.
+fn rocsd_with_metrics() -> (common::Rocsd, String, u64) {
+    let config = "platform = \"sim\"\nmetrics = \"127.0.0.1:0\"\n[sim]\nmachine = \"tiny\"\n\
+                  window_cycles = 1_000_000\npause_ms = 5\n[[sim.workload]]\nname = \"twolf-like\"\n";
+    let d = common::start(config, &[("10-all.toml", "[match]\ncomm = \"*\"\n")]);
     let pid = d.wait(Duration::from_secs(30), "a target measured", |d| {
         let ts = d.ok(json!({"request": "targets"}));
         let t = ts.as_array()?.first()?.clone();
         (t["windows"].as_u64()? > 0).then(|| t["pid"].as_u64().unwrap())
     });
-    (d, pid)
+    let addr = d.metrics_addr();
+    (d, addr, pid)
 }
 
 #[test]
 fn every_documented_series_per_machine_and_per_target() {
-    let addr = format!("127.0.0.1:{}", scrape::free_port());
-    let (_d, pid) = rocsd_with_metrics(&addr);
+    let (_d, addr, pid) = rocsd_with_metrics();
 
     let page = get(&addr, "/metrics");
     assert_eq!(page.status, 200, "{}", page.body);
@@ -104,8 +104,7 @@ fn every_documented_series_per_machine_and_per_target() {
 #[test]
 fn connections_beyond_the_cap_are_closed_and_the_cap_frees_up() {
     const CAP: usize = 16;
-    let addr = format!("127.0.0.1:{}", scrape::free_port());
-    let (_d, _) = rocsd_with_metrics(&addr);
+    let (_d, addr, _) = rocsd_with_metrics();
     // CAP idle connections take every place (rocsd accepts in order).
     let mut idle: Vec<TcpStream> = (0..CAP)
         .map(|_| TcpStream::connect(&addr).unwrap())

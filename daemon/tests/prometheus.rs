@@ -108,16 +108,15 @@ fn value(result: &[Value]) -> Option<f64> {
 }
 
 /// rocsd on the demo's simulated PowerPC 970FX with art-like (much to gain: it profiles,
-/// searches and migrates), with short windows.
-fn start_rocsd(metrics: &str) -> common::Rocsd {
-    let config = format!(
-        "platform = \"sim\"\nmetrics = \"{metrics}\"\n\
-         [knobs]\npollute_colours = 1\nsample_period = 100\nmin_llc_miss_rate = 0.1\n\
-         [sim]\nmachine = \"ppc970fx\"\nwindow_cycles = 10_000_000\ncpu_share = 0.5\n\
-         pause_ms = 10\nseed = 1\n\
-         [[sim.workload]]\nname = \"art-like\"\nscale = 10.0\n"
-    );
-    common::start(&config, &[("10-spec.toml", "[match]\ncomm = \"art\"\n")])
+/// searches and migrates), with short windows, and its metrics on a free port of the
+/// loopback (see `Rocsd::metrics_addr`).
+fn start_rocsd() -> common::Rocsd {
+    let config = "platform = \"sim\"\nmetrics = \"127.0.0.1:0\"\n\
+                  [knobs]\npollute_colours = 1\nsample_period = 100\nmin_llc_miss_rate = 0.1\n\
+                  [sim]\nmachine = \"ppc970fx\"\nwindow_cycles = 10_000_000\ncpu_share = 0.5\n\
+                  pause_ms = 10\nseed = 1\n\
+                  [[sim.workload]]\nname = \"art-like\"\nscale = 10.0\n";
+    common::start(config, &[("10-spec.toml", "[match]\ncomm = \"art\"\n")])
 }
 
 #[test]
@@ -134,8 +133,8 @@ fn a_real_prometheus_scrapes_every_documented_series() {
         );
         return;
     };
-    let metrics = format!("127.0.0.1:{}", scrape::free_port());
-    let rocsd = start_rocsd(&metrics);
+    let rocsd = start_rocsd();
+    let metrics = rocsd.metrics_addr();
     let dir = tempfile::tempdir().unwrap();
     let prom = Prometheus::start(&prometheus, dir.path(), &metrics);
 

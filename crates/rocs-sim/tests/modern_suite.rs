@@ -5,9 +5,14 @@
 //! it renders.
 
 use rocs_core::PolluteColours;
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
 use rocs_sim::closed_loop::{
-    evaluate_modern, run_baseline, run_with_placements, Evaluation, LoopConfig, NothingKept,
+    evaluate_modern, run_baseline, run_with_placements, Evaluation, KeepError, KeptRuns,
+    LoopConfig, NothingKept,
 };
+use rocs_sim::RunStats;
 use rocs_sim::{Machine, MachineSpec, Scale, Workload};
 
 fn small_modern() -> MachineSpec {
@@ -28,6 +33,64 @@ fn config() -> LoopConfig {
         windows_per_run: 100,
         ..LoopConfig::default()
     }
+}
+
+/// Runs kept in memory, counting those made.
+#[derive(Default)]
+struct Kept {
+    runs: Mutex<BTreeMap<String, RunStats>>,
+    made: Mutex<usize>,
+}
+
+impl KeptRuns for Kept {
+    fn recall(&self, what: &str) -> Option<RunStats> {
+        self.runs.lock().unwrap().get(what).cloned()
+    }
+    fn keep(&self, what: &str, stats: &RunStats) -> Result<(), KeepError> {
+        *self.made.lock().unwrap() += 1;
+        let old = self.runs.lock().unwrap().insert(what.into(), stats.clone());
+        assert!(old.is_none(), "{what} made twice");
+        Ok(())
+    }
+}
+
+#[test]
+fn a_case_made_several_runs_at_a_time_reads_as_made_one_at_a_time() {
+    let spec = small_modern();
+    let scale: Scale = "auto:0.03".parse().unwrap();
+    let w = scale
+        .apply(&Workload::resolve("noisy-neighbour").unwrap(), &spec)
+        .unwrap();
+    let make = || Machine::new(&spec, &w, 1);
+    let evaluate = |threads: usize, kept: &Kept, lines: &mut Vec<String>| {
+        let cfg = LoopConfig {
+            threads,
+            ..config()
+        };
+        let mut row = evaluate_modern(&spec.name, "noisy-neighbour", &make, &cfg, kept, &mut |l| {
+            lines.push(l.to_string())
+        })
+        .unwrap();
+        // The one figure that is the host's, not the simulation's.
+        row.cat.as_mut().expect("CAT ran").wall_seconds = 0.0;
+        row
+    };
+    let (one, three) = (Kept::default(), Kept::default());
+    let (mut lines_one, mut lines_three) = (Vec::new(), Vec::new());
+    let row = evaluate(1, &one, &mut lines_one);
+    assert_eq!(evaluate(3, &three, &mut lines_three), row);
+    assert_eq!(*one.runs.lock().unwrap(), *three.runs.lock().unwrap());
+    let made = *three.made.lock().unwrap();
+    assert!(made > 10, "the oracle's and CAT's runs are kept: {made}");
+    // Every run is reported as it ends, in whatever order the threads finish them.
+    lines_one.sort();
+    lines_three.sort();
+    assert_eq!(lines_one, lines_three);
+    // Run again, every kept run is recalled, none made.
+    let mut again = Vec::new();
+    assert_eq!(evaluate(3, &three, &mut again), row);
+    assert_eq!(*three.made.lock().unwrap(), made);
+    assert!(again.iter().any(|l| l.ends_with("(made before)")));
 }
 
 #[test]

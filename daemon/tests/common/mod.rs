@@ -89,6 +89,22 @@ impl Rocsd {
         }
     }
 
+    /// The address rocsd's metrics endpoint bound (asked for with port 0, so that no other
+    /// test or connection can take the port between choosing it and binding it), from its
+    /// log.
+    pub fn metrics_addr(&self) -> String {
+        self.wait(
+            Duration::from_secs(30),
+            "the metrics address in the log",
+            |d| {
+                let log = d.log();
+                let from = log.find("metrics on http://")? + "metrics on http://".len();
+                let to = from + log[from..].find("/metrics")?;
+                Some(log[from..to].to_string())
+            },
+        )
+    }
+
     pub fn log(&self) -> String {
         self.log.lock().unwrap().clone()
     }

@@ -63,7 +63,10 @@ pub struct EvalArgs {
     /// Oracle: evenly spaced candidate k per profile.
     #[arg(long, default_value_t = LoopConfig::default().oracle_grid)]
     pub oracle_grid: usize,
-    /// Cases evaluated at the same time (each on its own thread).
+    /// Cases evaluated at the same time (each on its own thread), and as many runs at a
+    /// time within a case where they do not depend on each other (the oracle's candidates
+    /// of a round, CAT's masks), so that a suite's last case keeps every core busy. The
+    /// results do not depend on it.
     #[arg(long, default_value_t = 1)]
     pub jobs: usize,
     /// Write the page (README.md, modern.md, random.md, real.md), its SVG charts and its
@@ -92,7 +95,7 @@ impl EvalArgs {
         if self.jobs == 0 {
             anyhow::bail!("--jobs must be at least 1");
         }
-        LoopArgs {
+        let mut cfg = LoopArgs {
             search: SearchArg::Adaptive,
             windows: self.windows,
             oracle_grid: self.oracle_grid,
@@ -100,7 +103,9 @@ impl EvalArgs {
             timeline_svg: None,
             pollute_colours: None,
         }
-        .config(Mode::All)
+        .config(Mode::All)?;
+        cfg.threads = self.jobs;
+        Ok(cfg)
     }
 
     /// The machines asked for, or `default`.

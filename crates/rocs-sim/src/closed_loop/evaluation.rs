@@ -204,7 +204,15 @@ pub fn evaluate_modern(
             row.adaptive.pages_confined,
         )
     } else {
-        run_cat(make, &baseline, &knobs, row.window_cycles, kept, progress)?
+        run_cat(
+            make,
+            &baseline,
+            &knobs,
+            row.window_cycles,
+            cfg.threads,
+            kept,
+            progress,
+        )?
     });
     if probe
         .spec()

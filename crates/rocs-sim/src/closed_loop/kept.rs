@@ -11,8 +11,9 @@ use crate::RunStats;
 /// Why a run just made could not be kept.
 pub type KeepError = Box<dyn std::error::Error + Send + Sync>;
 
-/// Where the finished runs of one evaluation case are kept, by what was run.
-pub trait KeptRuns {
+/// Where the finished runs of one evaluation case are kept, by what was run (from several
+/// threads at once: see [`super::LoopConfig::threads`]).
+pub trait KeptRuns: Sync {
     /// The counts of the run `what`, if it was made before.
     fn recall(&self, what: &str) -> Option<RunStats>;
     /// Keep the run `what`, just made.
@@ -55,16 +56,20 @@ mod tests {
     use super::*;
     use std::cell::RefCell;
     use std::collections::BTreeMap;
+    use std::sync::Mutex;
 
     #[derive(Default)]
-    struct Kept(RefCell<BTreeMap<String, RunStats>>);
+    struct Kept(Mutex<BTreeMap<String, RunStats>>);
 
     impl KeptRuns for Kept {
         fn recall(&self, what: &str) -> Option<RunStats> {
-            self.0.borrow().get(what).cloned()
+            self.0.lock().unwrap().get(what).cloned()
         }
         fn keep(&self, what: &str, stats: &RunStats) -> Result<(), KeepError> {
-            self.0.borrow_mut().insert(what.to_string(), stats.clone());
+            self.0
+                .lock()
+                .unwrap()
+                .insert(what.to_string(), stats.clone());
             Ok(())
         }
     }

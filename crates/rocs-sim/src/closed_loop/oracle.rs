@@ -8,8 +8,8 @@ use rocs_core::{Pid, Placement, Remapper, VirtPage};
 
 use super::kept::{made_or_recalled, KeptRuns};
 use super::{
-    fastest_within_bound, instructions_of, within_slowdown_bound, LoopConfig, LoopError,
-    MachineFactory, OracleRun, ProfilePoint, RocsRun,
+    fastest_within_bound, in_threads, instructions_of, within_slowdown_bound, LoopConfig,
+    LoopError, MachineFactory, OracleRun, ProfilePoint, RocsRun,
 };
 use crate::RunStats;
 
@@ -164,29 +164,48 @@ pub fn run_oracle(
     let mut simulated_accesses = 0;
     for (j, p) in points.iter().enumerate() {
         let mut results: BTreeMap<usize, (u64, RunStats)> = Default::default();
-        let mut eval =
-            |k: usize, results: &mut BTreeMap<usize, (u64, RunStats)>| -> Result<(), LoopError> {
-                if results.contains_key(&k) {
-                    return Ok(());
-                }
-                let mut trial = ks.clone();
-                trial.push(k);
-                // The chosen k of every profile so far names the run: the profiles are
-                // the rocs run's, the same for every run of this case.
-                let (t, recalled) = made_or_recalled(kept, &format!("oracle {trial:?}"), || {
-                    run_with_placements(make, &points[..=j], &trial, step, pollute)
-                })?;
+        // The candidates `ks` not tried yet, made `cfg.threads` at a time.
+        let mut eval = |ks_now: &[usize],
+                        results: &mut BTreeMap<usize, (u64, RunStats)>|
+         -> Result<(), LoopError> {
+            let todo: Vec<usize> = ks_now
+                .iter()
+                .copied()
+                .filter(|k| !results.contains_key(k))
+                .collect::<BTreeSet<usize>>()
+                .into_iter()
+                .collect();
+            // The chosen k of every profile so far names the run: the profiles are the
+            // rocs run's, the same for every run of this case.
+            let name = |k: usize| format!("oracle {:?}", [ks.as_slice(), &[k]].concat());
+            let made = in_threads(
+                cfg.threads,
+                &todo,
+                |&k| {
+                    let trial = [ks.as_slice(), &[k]].concat();
+                    made_or_recalled(kept, &name(k), || {
+                        run_with_placements(make, &points[..=j], &trial, step, pollute)
+                    })
+                },
+                |&k, made| {
+                    if let Ok((t, recalled)) = made {
+                        progress(&format!(
+                            "oracle profile {}/{}: k = {k} -> {} cycles{}",
+                            j + 1,
+                            points.len(),
+                            t.cycles,
+                            if *recalled { " (made before)" } else { "" }
+                        ));
+                    }
+                },
+            );
+            for (k, made) in todo.into_iter().zip(made) {
+                let (t, _) = made?;
                 simulated_accesses += t.accesses;
-                progress(&format!(
-                    "oracle profile {}/{}: k = {k} -> {} cycles{}",
-                    j + 1,
-                    points.len(),
-                    t.cycles,
-                    if recalled { " (made before)" } else { "" }
-                ));
                 results.insert(k, (t.cycles, t));
-                Ok(())
-            };
+            }
+            Ok(())
+        };
         // The first profile's k = 0 (tried first) confines nothing anywhere.
         match &nothing_confined {
             Some(stats) if j == 0 => {
@@ -194,16 +213,14 @@ pub fn run_oracle(
             }
             Some(_) => {}
             None => {
-                eval(0, &mut results)?;
+                eval(&[0], &mut results)?;
                 nothing_confined = Some(results[&0].1.clone());
             }
         }
         let reference = nothing_confined.as_ref().expect("just set");
         let mut flat = false;
         if cfg.oracle_coarse_first {
-            for k in coarse(p) {
-                eval(k, &mut results)?;
-            }
+            eval(&coarse(p).into_iter().collect::<Vec<_>>(), &mut results)?;
             let cycles = results.values().map(|(c, _)| *c as f64);
             let (lo, hi) = cycles.fold((f64::INFINITY, 0.0f64), |(lo, hi), c| {
                 (lo.min(c), hi.max(c))
@@ -215,20 +232,20 @@ pub fn run_oracle(
         } else {
             candidates(p, cfg.oracle_grid)
         };
-        for k in grid {
-            eval(k, &mut results)?;
-        }
+        eval(&grid.into_iter().collect::<Vec<_>>(), &mut results)?;
         // Refine twice around the best: the midpoints to its neighbours.
         for _ in 0..if flat { 0 } else { 2 } {
             let best = best_within_bound(&results, reference, cfg);
             let keys: Vec<usize> = results.keys().copied().collect();
             let i = keys.iter().position(|&k| k == best).expect("present");
+            let mut midpoints = Vec::new();
             if i > 0 {
-                eval((keys[i - 1] + best) / 2, &mut results)?;
+                midpoints.push((keys[i - 1] + best) / 2);
             }
             if i + 1 < keys.len() {
-                eval((best + keys[i + 1]) / 2, &mut results)?;
+                midpoints.push((best + keys[i + 1]) / 2);
             }
+            eval(&midpoints, &mut results)?;
         }
         let best = best_within_bound(&results, reference, cfg);
         for (&k, (c, stats)) in &results {

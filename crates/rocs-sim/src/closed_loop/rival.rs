@@ -14,7 +14,9 @@ use rocs_core::Knobs;
 use serde::{Deserialize, Serialize};
 
 use super::kept::{made_or_recalled, KeptRuns};
-use super::{fastest_within_bound, ratio, run_rocs, LoopError, MachineFactory, RocsRun};
+use super::{
+    fastest_within_bound, in_threads, ratio, run_rocs, LoopError, MachineFactory, RocsRun,
+};
 use crate::{Machine, RunStats, SimError};
 
 /// The oracle-CAT run and the run of rocs on its masks.
@@ -106,33 +108,45 @@ fn assignments(processes: usize, ways: u32) -> Vec<Vec<u64>> {
 /// Oracle-CAT (the best masks, run by run) and rocs with `knobs` on those masks.
 /// `baseline` is `make`'s run, which is also the first assignment's (no CAT: every
 /// process may use every way), not run again. Mask runs `kept` has are recalled, and each
-/// one made is kept there.
+/// one made is kept there; they are made `threads` at a time.
 pub fn run_cat(
     make: &MachineFactory<'_>,
     baseline: &RunStats,
     knobs: &Knobs,
     window_cycles: u64,
+    threads: usize,
     kept: &dyn KeptRuns,
     progress: &mut dyn FnMut(&str),
 ) -> Result<CatRun, LoopError> {
     let start = Instant::now();
     let probe = make()?;
     let tried = assignments(probe.pids().len(), probe.llc_ways());
+    let numbered: Vec<(usize, &Vec<u64>)> = tried.iter().enumerate().skip(1).collect();
+    let made = in_threads(
+        threads,
+        &numbered,
+        |&(_, masks)| {
+            made_or_recalled(kept, &format!("CAT {masks:x?}"), || {
+                let mut m = with_masks(make, masks)()?;
+                m.run_to_end()?;
+                Ok(m.totals())
+            })
+        },
+        |&(n, masks), made| {
+            if let Ok((stats, recalled)) = made {
+                progress(&format!(
+                    "oracle-CAT {}/{}: masks {masks:x?} -> {} cycles{}",
+                    n + 1,
+                    tried.len(),
+                    stats.cycles,
+                    if *recalled { " (made before)" } else { "" }
+                ));
+            }
+        },
+    );
     let mut runs: Vec<RunStats> = vec![baseline.clone()];
-    for (n, masks) in tried.iter().enumerate().skip(1) {
-        let (stats, recalled) = made_or_recalled(kept, &format!("CAT {masks:x?}"), || {
-            let mut m = with_masks(make, masks)()?;
-            m.run_to_end()?;
-            Ok(m.totals())
-        })?;
-        progress(&format!(
-            "oracle-CAT {}/{}: masks {masks:x?} -> {} cycles{}",
-            n + 1,
-            tried.len(),
-            stats.cycles,
-            if recalled { " (made before)" } else { "" }
-        ));
-        runs.push(stats);
+    for made in made {
+        runs.push(made?.0);
     }
     // The first assignment is no CAT: every other is judged against it, and may slow no
     // process beyond the policy's bound (as rocs's placements may not).
