@@ -27,6 +27,14 @@ fn small_modern() -> MachineSpec {
     MachineSpec::from_toml("small-modern.toml", text).unwrap()
 }
 
+/// The built-in workload `name` sized to `spec` by `scale` (`auto:F`).
+fn sized(spec: &MachineSpec, scale: &str, name: &str) -> Workload {
+    let scale: Scale = scale.parse().unwrap();
+    scale
+        .apply(&Workload::resolve(name).unwrap(), spec)
+        .unwrap()
+}
+
 fn config() -> LoopConfig {
     LoopConfig {
         oracle_grid: 4,
@@ -57,10 +65,7 @@ impl KeptRuns for Kept {
 #[test]
 fn a_case_made_several_runs_at_a_time_reads_as_made_one_at_a_time() {
     let spec = small_modern();
-    let scale: Scale = "auto:0.03".parse().unwrap();
-    let w = scale
-        .apply(&Workload::resolve("noisy-neighbour").unwrap(), &spec)
-        .unwrap();
+    let w = sized(&spec, "auto:0.03", "noisy-neighbour");
     let make = || Machine::new(&spec, &w, 1);
     let evaluate = |threads: usize, kept: &Kept, lines: &mut Vec<String>| {
         let cfg = LoopConfig {
@@ -96,12 +101,9 @@ fn a_case_made_several_runs_at_a_time_reads_as_made_one_at_a_time() {
 #[test]
 fn one_workload_per_kind_through_the_modern_suite() {
     let spec = small_modern();
-    let scale: Scale = "auto:0.03".parse().unwrap();
     let mut rows = Vec::new();
     for name in ["noisy-neighbour", "mcf-like"] {
-        let w = scale
-            .apply(&Workload::resolve(name).unwrap(), &spec)
-            .unwrap();
+        let w = sized(&spec, "auto:0.03", name);
         let make = || Machine::new(&spec, &w, 1);
         let row = evaluate_modern(
             &spec.name,
@@ -168,10 +170,7 @@ fn one_workload_per_kind_through_the_modern_suite() {
 #[test]
 fn the_baseline_stands_for_the_oracles_k_0_and_for_no_cat() {
     let spec = small_modern();
-    let scale: Scale = "auto:0.02".parse().unwrap();
-    let w = scale
-        .apply(&Workload::resolve("noisy-neighbour").unwrap(), &spec)
-        .unwrap();
+    let w = sized(&spec, "auto:0.02", "noisy-neighbour");
     assert!(w.processes.len() > 1);
     let make = || Machine::new(&spec, &w, 1);
     let baseline = run_baseline(&make).unwrap().stats;
