@@ -28,8 +28,9 @@ pub struct AdaptiveSearch {
     tolerance: usize,
     /// The search is judged by an LLC group's score ([`Search::judged_by_group`]): a coarse
     /// point that looks past the peak on one window is measured again (and so is the best)
-    /// before the coarse pass stops, unless it fell [`FAR_BELOW_MARGINS`] margins below, and two candidates measured more than once are
-    /// compared by their own spreads rather than the pooled one.
+    /// before the coarse pass stops, unless it fell [`FAR_BELOW_MARGINS`] margins below;
+    /// and two candidates measured more than once are compared by their own spreads rather
+    /// than the pooled one.
     #[serde(default)]
     judged_by_group: bool,
     /// How fast IPC drifted before the search, per window: the fitted slope's magnitude

@@ -164,7 +164,7 @@ pub fn run_oracle(
     let mut simulated_accesses = 0;
     for (j, p) in points.iter().enumerate() {
         let mut results: BTreeMap<usize, (u64, RunStats)> = Default::default();
-        // The candidates `ks` not tried yet, made `cfg.threads` at a time.
+        // The candidates of `ks_now` not tried yet, made `cfg.threads` at a time.
         let mut eval = |ks_now: &[usize],
                         results: &mut BTreeMap<usize, (u64, RunStats)>|
          -> Result<(), LoopError> {
@@ -175,15 +175,14 @@ pub fn run_oracle(
                 .collect::<BTreeSet<usize>>()
                 .into_iter()
                 .collect();
-            // The chosen k of every profile so far names the run: the profiles are the
-            // rocs run's, the same for every run of this case.
-            let name = |k: usize| format!("oracle {:?}", [ks.as_slice(), &[k]].concat());
             let made = in_threads(
                 cfg.threads,
                 &todo,
                 |&k| {
                     let trial = [ks.as_slice(), &[k]].concat();
-                    made_or_recalled(kept, &name(k), || {
+                    // The chosen k of every profile so far names the run: the profiles
+                    // are the rocs run's, the same for every run of this case.
+                    made_or_recalled(kept, &format!("oracle {trial:?}"), || {
                         run_with_placements(make, &points[..=j], &trial, step, pollute)
                     })
                 },
