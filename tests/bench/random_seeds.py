@@ -29,7 +29,10 @@ are F times the machine's. A campaign's run lasts 200 controller windows of a fe
 thousand cycles, where rocsd's window on Linux is 100 ms (hundreds of millions of
 cycles): a run stands for a program of about 20 seconds whose every fixed cost is paid
 hundreds of times over in proportion. F = 0.1 or 0.01 asks what the campaign's losses
-would be if those costs were in the proportion they have to a real window.
+would be if those costs were in the proportion they have to a real window. --cost-scale
+window replays the page's runs at the window's costs (its `rows_at_window_costs`, each at
+its own "cost scale", as random.md judges its targets) and judges them against the
+oracle of those runs.
 
     tests/bench/random_seeds.py --page docs/evaluation/random.json --offset 1 --offset 2 \\
         OLD_ROCSCTL NEW_ROCSCTL
@@ -51,11 +54,11 @@ MACHINES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
 COST_KEYS = ("migration_ns_per_4k", "sample_cost_cycles")
 
 
-def scaled_machines(names, scale, into):
-    """Write each built-in machine of `names` to `into`/NAME.toml with its fixed costs
-    of rocs (COST_KEYS) times `scale`; returns {name: path}."""
+def scaled_machines(pairs, into):
+    """Write each built-in machine NAME of `pairs` (NAME, SCALE) to `into`/NAME-SCALE.toml
+    with its fixed costs of rocs (COST_KEYS) times SCALE; returns {(NAME, SCALE): path}."""
     paths = {}
-    for name in sorted(set(names)):
+    for name, scale in sorted(set(pairs)):
         source = os.path.join(MACHINES, name + ".toml")
         text = open(source).read()
         for key in COST_KEYS:
@@ -64,19 +67,21 @@ def scaled_machines(names, scale, into):
                 raise SystemExit(f"{source}: expected one line '{key} = N' to scale; "
                                  f"give the key explicitly there")
             value = float(pattern.search(text).group(1)) * scale
-            # sample_cost_cycles is an integer; a cost scaled below one cycle stays one.
-            new = f"{max(1, round(value))}" if key == "sample_cost_cycles" else f"{value:g}"
+            # sample_cost_cycles is an integer, rounded up as MachineSpec::with_costs_scaled
+            # does; a cost scaled below one cycle stays one.
+            new = (f"{max(1, math.ceil(value))}" if key == "sample_cost_cycles"
+                   else f"{value!r}")
             text = pattern.sub(f"{key} = {new}", text)
-        paths[name] = os.path.join(into, name + ".toml")
-        with open(paths[name], "w") as f:
+        path = paths[(name, scale)] = os.path.join(into, f"{name}-{scale!r}.toml")
+        with open(path, "w") as f:
             f.write(text)
     return paths
 
 
 def rocs_run(binary, page_dir, row, offset, machines, output):
-    """The standard output of the run in rocs mode (on `machines`[its machine] if given),
-    with `output` (`--json` or `--timeline`)."""
-    machine = (machines or {}).get(row["machine"], row["machine"])
+    """The standard output of the run in rocs mode (on `machines`[(its machine, its
+    "_scale")] if given), with `output` (`--json` or `--timeline`)."""
+    machine = (machines or {}).get((row["machine"], row.get("_scale")), row["machine"])
     command = [binary, "sim", "run", "--workload",
                os.path.join(page_dir, "random", row["workload"] + ".toml"),
                "--machine", machine, "--seed", str((row["seed"] + offset) % 2**64),
@@ -172,24 +177,40 @@ def main():
                          "gains 5%%, how their attempts ended (profiles and searches, from "
                          "--timeline)")
     ap.add_argument("--runs", metavar="FILE", help="also write every run's speedup here")
-    ap.add_argument("--cost-scale", type=float, default=1.0, metavar="F",
+    ap.add_argument("--cost-scale", default="1", metavar="F",
                     help="run on copies of the built-in machines whose page migration and "
-                         "sample costs are F times theirs (see above)")
+                         "sample costs are F times theirs, or 'window': the page's runs at "
+                         "the window's costs (see above)")
     ap.add_argument("rocsctl", nargs="+")
     args = ap.parse_args()
-    rows = json.load(open(args.page))["rows"]
+    page = json.load(open(args.page))
+    if args.cost_scale == "window":
+        if "rows_at_window_costs" not in page:
+            raise SystemExit(f"{args.page} has no runs at the window's costs: make it again "
+                             f"with a build of rocsctl that writes them")
+        rows = page["rows_at_window_costs"]
+        for r in rows:
+            r["_scale"] = r["cost_scale"]
+    else:
+        try:
+            scale = float(args.cost_scale)
+        except ValueError:
+            raise SystemExit(f"--cost-scale {args.cost_scale}: give a factor or 'window'")
+        if not (scale > 0 and math.isfinite(scale)):
+            raise SystemExit(f"--cost-scale {args.cost_scale}: give a factor above 0")
+        rows = page["rows"]
+        for r in rows:
+            r["_scale"] = scale
     if args.where_oracle_gains is not None:
         rows = [r for r in rows if r["oracle_speedup"] >= 1 + args.where_oracle_gains]
         if not rows:
             raise SystemExit(f"{args.page}: no run where the oracle gains "
                              f"{args.where_oracle_gains:.0%}; give a smaller --where-oracle-gains")
     page_dir = os.path.dirname(os.path.abspath(args.page))
-    if args.cost_scale <= 0:
-        raise SystemExit(f"--cost-scale {args.cost_scale}: give a factor above 0")
     machines = None
-    if args.cost_scale != 1.0:
+    if any(r["_scale"] != 1.0 for r in rows):
         scaled_dir = tempfile.TemporaryDirectory(prefix="rocs-cost-scale.")
-        machines = scaled_machines((r["machine"] for r in rows), args.cost_scale,
+        machines = scaled_machines(((r["machine"], r["_scale"]) for r in rows),
                                    scaled_dir.name)
     runs = open(args.runs, "w") if args.runs else None
     with ThreadPoolExecutor(args.jobs) as pool:
@@ -215,7 +236,7 @@ def main():
                           f"median of it {statistics.median(of_oracle):.3f}, "
                           f"90th-percentile-worst {of_oracle[len(of_oracle) // 10]:.3f}"
                           ) if of_oracle else ""
-                scale = f" (costs x{args.cost_scale:g})" if machines else ""
+                scale = f" (costs x{args.cost_scale})" if machines else ""
                 print(f"seed +{offset} {binary}{scale}: {len(got)} runs, "
                       f"{sum(s < 0.99 for s in got)} below 0.99, worst {min(got):.3f}, "
                       f"median {statistics.median(got):.4f}, geomean {geomean:.4f}{bound}"

@@ -146,6 +146,10 @@ pub struct RunArgs {
     /// while sampling: modern.md's "rocs, pf on" column. --mode rocs only.
     #[arg(long)]
     pub prefetch_on_while_profiling: bool,
+    /// The machine with its costs of a page migration and a sample F times its own
+    /// (random.md's "cost scale": the costs a short simulated window stands for).
+    #[arg(long, default_value_t = 1.0, value_name = "F")]
+    pub cost_scale: f64,
     #[arg(long)]
     pub json: bool,
 }
@@ -587,7 +591,9 @@ fn rocs_machine<'a>(
 
 fn run_workload(args: RunArgs) -> anyhow::Result<ExitCode> {
     let cfg = args.closed_loop.config(args.mode)?;
-    let profile = MachineSpec::resolve(&args.machine)?;
+    let profile = MachineSpec::resolve(&args.machine)?
+        .with_costs_scaled(args.cost_scale)
+        .context("--cost-scale")?;
     let workload = args
         .scale
         .apply(&Workload::resolve(&args.workload)?, &profile)?;

@@ -512,11 +512,16 @@ fn a_random_campaign_writes_each_workload_so_that_its_run_replays() {
         "{page}"
     );
     let rows = campaign["rows"].as_array().unwrap();
-    assert_eq!(rows.len(), 2);
+    let at_window_costs = campaign["rows_at_window_costs"].as_array().unwrap();
+    assert_eq!((rows.len(), at_window_costs.len()), (2, 2));
     assert_eq!(campaign["summary"]["runs"], 2);
-    for row in rows {
+    assert_eq!(campaign["summary_at_window_costs"]["runs"], 2);
+    // Each run replays from the page's command, the one at the window's costs with its
+    // scale.
+    for row in rows.iter().chain(at_window_costs) {
         let file = out.join(format!("random/{}.toml", row["workload"].as_str().unwrap()));
         let seed = row["seed"].as_u64().unwrap().to_string();
+        let scale = row["cost_scale"].as_f64().unwrap().to_string();
         let again = run_json(&[
             "sim",
             "run",
@@ -524,6 +529,8 @@ fn a_random_campaign_writes_each_workload_so_that_its_run_replays() {
             file.to_str().unwrap(),
             "--machine",
             "tiny",
+            "--cost-scale",
+            &scale,
             "--seed",
             &seed,
             "--mode",
@@ -533,10 +540,25 @@ fn a_random_campaign_writes_each_workload_so_that_its_run_replays() {
             "--json",
         ]);
         let speedup = again["speedup"].as_f64().unwrap();
-        assert_eq!(speedup, row["speedup"].as_f64().unwrap(), "{file:?}");
+        assert_eq!(
+            speedup,
+            row["speedup"].as_f64().unwrap(),
+            "{file:?} x{scale}"
+        );
     }
+    assert!(at_window_costs
+        .iter()
+        .all(|r| r["cost_scale"].as_f64().unwrap() < 0.01));
     let (ok, _, err) = run(&["sim", "eval", "--suite", "random", "--count", "0"], None);
     assert!(!ok && err.contains("--count"), "{err}");
+    let (ok, _, err) = run(
+        &["sim", "run", "--workload", "art-like", "--cost-scale", "0"],
+        None,
+    );
+    assert!(
+        !ok && err.contains("--cost-scale") && err.contains("positive"),
+        "{err}"
+    );
 }
 
 /// A small binary trace of a loop over an array larger than `tiny`'s LLC, next to a

@@ -401,6 +401,25 @@ impl MachineSpec {
         (self.migration_ns_per_4k * (self.page_size.0 as f64 / 4096.0) * self.clock_ghz).round()
             as u64
     }
+
+    /// This machine with rocs's two fixed costs, a page migration and a sample, `factor`
+    /// times its own (a sample never below one cycle, rounded up): what a short simulated
+    /// window weighs them at when it stands for a longer real one (see
+    /// `closed_loop::campaign::window_cost_scale`).
+    pub fn with_costs_scaled(&self, factor: f64) -> Result<MachineSpec, SimError> {
+        if !(factor.is_finite() && factor > 0.0) {
+            return Err(SimError::Invalid {
+                file: self.name.clone(),
+                message: format!("a cost scale must be a positive number, got {factor}"),
+            });
+        }
+        let mut scaled = self.clone();
+        scaled.migration_ns_per_4k *= factor;
+        scaled.pmu.sample_cost_cycles = (self.pmu.sample_cost_cycles as f64 * factor)
+            .ceil()
+            .max(1.0) as u32;
+        Ok(scaled)
+    }
 }
 
 #[cfg(test)]
@@ -426,6 +445,31 @@ mod tests {
         assert_eq!(x.llc_geometry().colours(), 32);
         assert!(x.llc_geometry().slices > 1);
         assert_ne!(x.llc.policy, Policy::Lru);
+    }
+
+    #[test]
+    fn scaled_costs_scale_a_move_and_a_sample_and_nothing_else() {
+        let p = MachineSpec::resolve("ppc970fx").unwrap();
+        let s = p.with_costs_scaled(0.003).unwrap();
+        // 2000 ns at 2.3 GHz is 4600 cycles; at 0.003 of it, 13.8 cycles, rounded.
+        assert_eq!(s.migration_cycles(), 14);
+        // 1500 cycles a sample: 4.5, rounded up.
+        assert_eq!(s.pmu.sample_cost_cycles, 5);
+        let tiny = MachineSpec::resolve("tiny").unwrap();
+        assert_eq!(
+            tiny.with_costs_scaled(1e-6).unwrap().pmu.sample_cost_cycles,
+            1
+        );
+        let back = MachineSpec {
+            migration_ns_per_4k: p.migration_ns_per_4k,
+            pmu: p.pmu.clone(),
+            ..s
+        };
+        assert_eq!(back, p);
+        for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+            let e = p.with_costs_scaled(bad).unwrap_err().to_string();
+            assert!(e.contains("cost scale"), "{e}");
+        }
     }
 
     #[test]

@@ -1,14 +1,15 @@
 //! The random campaign, small and fast (issue 12): generated workloads on the `tiny`
-//! machine, each run alone and under rocs. rocs must never make a run slower than 0.99 of
-//! off, nor slow any tenant of a shared LLC below 0.95 of its own speed at k = 0.
+//! machine, each run alone and under rocs at the costs its window stands for (as random.md
+//! judges its targets: `window_cost_scale`). rocs must never make a run slower than 0.99
+//! of off, nor slow any tenant of a shared LLC below 0.95 of its own speed at k = 0.
 //!
-//! A fixed list of seeds, plus a few drawn afresh on every run; every failing seed is
-//! printed with the command that replays it.
+//! A fixed list of seeds, plus (with --ignored, until issue 12 is done) a few drawn afresh
+//! on every run; every failing seed is printed with the command that replays it.
 
 use std::hash::{BuildHasher, Hasher};
 
 use rocs_sim::closed_loop::random::{random_workload, DEFAULT_ACCESSES_PER_LLC_LINE};
-use rocs_sim::closed_loop::{run_baseline, run_rocs, LoopConfig};
+use rocs_sim::closed_loop::{run_baseline, run_rocs, window_cost_scale, LoopConfig};
 use rocs_sim::{Machine, MachineSpec};
 
 const FIXED_SEEDS: [u64; 8] = [1, 2, 3, 4, 5, 6, 7, 8];
@@ -32,7 +33,10 @@ fn check(spec: &MachineSpec, seed: u64) -> Option<String> {
     let make = || Machine::new(spec, &w, seed);
     let cfg = LoopConfig::default();
     let base = run_baseline(&make).unwrap();
-    let rocs = run_rocs(&make, &cfg.knobs, cfg.window_for(&base)).unwrap();
+    let window = cfg.window_for(&base);
+    let scale = window_cost_scale(spec, window);
+    let scaled = spec.with_costs_scaled(scale).unwrap();
+    let rocs = run_rocs(&|| Machine::new(&scaled, &w, seed), &cfg.knobs, window).unwrap();
     let speedup = base.stats.cycles as f64 / rocs.stats.cycles as f64;
     let mut wrong = Vec::new();
     if speedup < 0.99 {
@@ -62,20 +66,17 @@ fn check(spec: &MachineSpec, seed: u64) -> Option<String> {
         let file = std::env::temp_dir().join(format!("{}.toml", w.name));
         std::fs::write(&file, toml::to_string(&w).unwrap()).unwrap();
         format!(
-            "seed {seed}: {}; replay: rocsctl sim run --workload {} --machine tiny --seed \
-             {seed} --mode all",
+            "seed {seed}: {}; replay: rocsctl sim run --workload {} --machine tiny \
+             --cost-scale {scale} --seed {seed} --mode all",
             wrong.join(", "),
             file.display()
         )
     })
 }
 
-#[test]
-#[ignore = "issue 12 is not done: seeds 1 (tenant t3, a short one, at 0.875), 3 (0.975) \
-            and 5 (0.989) still fail; run with --ignored"]
-fn rocs_never_loses_on_generated_workloads() {
+/// Every seed of `seeds` that broke a bound, with how to replay it.
+fn assert_none_breaks_a_bound(seeds: &[u64]) {
     let spec = MachineSpec::resolve("tiny").unwrap();
-    let seeds: Vec<u64> = FIXED_SEEDS.iter().copied().chain(fresh_seeds()).collect();
     let failures: Vec<String> = seeds.iter().filter_map(|&s| check(&spec, s)).collect();
     assert!(
         failures.is_empty(),
@@ -84,4 +85,16 @@ fn rocs_never_loses_on_generated_workloads() {
         seeds.len(),
         failures.join("\n")
     );
+}
+
+#[test]
+fn rocs_never_loses_on_the_fixed_generated_workloads() {
+    assert_none_breaks_a_bound(&FIXED_SEEDS);
+}
+
+#[test]
+#[ignore = "issue 12 is not done: about one fresh seed in twenty breaks a bound (a run at \
+            0.990, tenants at 0.935-0.947; NOTES session 44); run with --ignored"]
+fn rocs_never_loses_on_fresh_generated_workloads() {
+    assert_none_breaks_a_bound(&fresh_seeds());
 }

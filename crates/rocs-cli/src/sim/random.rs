@@ -46,19 +46,25 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
             case.workload.name
         );
         let mut report = |what: &str| steps.step(&format!("{prefix}{what}"));
-        let row = run_case(case, &cfg, &mut report).with_context(|| {
+        let rows = run_case(case, &cfg, &mut report).with_context(|| {
             format!(
                 "running {} on {} (seed {})",
                 case.workload.name, case.machine.name, case.seed
             )
         })?;
+        let (w, m) = (&rows.at_window_costs, &rows.at_machine_costs);
         steps.line(&format!(
-            "{prefix}done: speedup {:.3}, oracle {:.3}, worst tenant {:.3}",
-            row.speedup,
-            row.oracle_speedup,
-            row.worst_tenant()
+            "{prefix}done: speedup {:.3}, oracle {:.3}, worst tenant {:.3} (costs x{}); \
+             at the machine's costs {:.3}, {:.3}, {:.3}",
+            w.speedup,
+            w.oracle_speedup,
+            w.worst_tenant(),
+            w.cost_scale,
+            m.speedup,
+            m.oracle_speedup,
+            m.worst_tenant()
         ));
-        Ok(row)
+        Ok(rows)
     });
     steps.finish();
     if args.jobs > 1 {

@@ -33,7 +33,10 @@ use rocs_core::{
     Pid, State, VirtPage,
 };
 
-pub use campaign::{random_cases, run_case, RandomCampaign, RandomCase, RandomRow, RandomSummary};
+pub use campaign::{
+    random_cases, run_case, run_case_at, window_cost_scale, RandomCampaign, RandomCase,
+    RandomCaseRows, RandomRow, RandomSummary,
+};
 pub use evaluation::{evaluate, evaluate_modern, EvalMode, EvalRow, Evaluation, TargetCheck};
 pub use kept::{KeepError, KeptRuns, NothingKept};
 pub use oracle::{run_oracle, run_with_placements};
