@@ -549,6 +549,26 @@ fn a_random_campaign_writes_each_workload_so_that_its_run_replays() {
     assert!(at_window_costs
         .iter()
         .all(|r| r["cost_scale"].as_f64().unwrap() < 0.01));
+    // The page renders again from its JSON alone, the same.
+    let again = dir.path().join("again");
+    let (ok, _, err) = run(
+        &[
+            "sim",
+            "eval",
+            "--suite",
+            "random",
+            "--from",
+            out.join("random.json").to_str().unwrap(),
+            "--out",
+            again.to_str().unwrap(),
+        ],
+        None,
+    );
+    assert!(ok, "{err}");
+    assert_eq!(
+        std::fs::read_to_string(again.join("random.md")).unwrap(),
+        page
+    );
     let (ok, _, err) = run(&["sim", "eval", "--suite", "random", "--count", "0"], None);
     assert!(!ok && err.contains("--count"), "{err}");
     let (ok, _, err) = run(

@@ -75,9 +75,9 @@ pub struct EvalArgs {
     /// the same command, run again after a stop, runs only what is left.
     #[arg(long)]
     pub out: Option<PathBuf>,
-    /// paper, modern and real: run nothing; render the page again from an evaluation's JSON
-    /// (evaluation.json, modern.json, real.json), its targets checked as the code states
-    /// them now.
+    /// paper, modern, real and random: run nothing; render the page again from an
+    /// evaluation's JSON (evaluation.json, modern.json, real.json, random.json), its targets
+    /// checked as the code states them now.
     /// The page keeps the command that produced the figures, so the options that choose
     /// what to run are refused with it.
     #[arg(long, value_name = "JSON", conflicts_with_all = [
@@ -159,10 +159,11 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
             args.suite
         );
     }
-    if args.from.is_some() && !matches!(args.suite.as_str(), "paper" | "modern" | "real") {
+    if args.from.is_some() && !matches!(args.suite.as_str(), "paper" | "modern" | "real" | "random")
+    {
         anyhow::bail!(
-            "--from renders the paper, modern or real suite's page from its JSON; the {} \
-             suite's page is rendered only by running it",
+            "--from renders the paper, modern, real or random suite's page from its JSON; the \
+             {} suite's page is rendered only by running it",
             args.suite
         );
     }

@@ -2,6 +2,7 @@
 //! workload is written into --out as TOML, so that any run, the worst first, can be
 //! replayed with `rocsctl sim run --workload DIR/random/NAME.toml --machine M --seed S`.
 
+use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Context;
@@ -14,6 +15,9 @@ use super::progress::Steps;
 const WORKLOADS: &str = "random";
 
 pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
+    if let Some(path) = &args.from {
+        return render_stored(&args, path);
+    }
     let cfg = args.config()?;
     if args.count == 0 {
         anyhow::bail!("--count must be at least 1");
@@ -88,6 +92,49 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
         write_all(dir, &files)?;
     }
     journal.map_or(Ok(()), |j| j.remove())?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&campaign)?);
+    } else {
+        print!("{markdown}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `--from random.json`: the page rendered again from a campaign's JSON, its summaries and
+/// targets made again from its rows; written beside the JSON unless --out says where.
+fn render_stored(args: &EvalArgs, path: &Path) -> anyhow::Result<ExitCode> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let campaign: RandomCampaign = serde_json::from_str(&text).with_context(|| {
+        format!(
+            "{}: not the random suite's JSON (random.json as `sim eval --suite random --out` \
+             writes it)",
+            path.display()
+        )
+    })?;
+    if campaign.rows_at_window_costs.len() != campaign.rows.len() {
+        anyhow::bail!(
+            "{}: made before each case also ran at the window's costs; make the page again \
+             with its command",
+            path.display()
+        );
+    }
+    let campaign = campaign.resummed();
+    let markdown = campaign.markdown();
+    let dir = args.out.clone().unwrap_or_else(|| {
+        path.parent()
+            .map_or_else(|| ".".into(), |dir| dir.to_path_buf())
+    });
+    write_all(
+        &dir,
+        &[
+            ("random.md".to_string(), markdown.clone()),
+            (
+                "random.json".to_string(),
+                serde_json::to_string_pretty(&campaign)? + "\n",
+            ),
+        ],
+    )?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&campaign)?);
     } else {

@@ -231,7 +231,7 @@ pub fn run_case_at(
 }
 
 /// The distribution over a campaign's rows.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct RandomSummary {
     pub runs: usize,
     /// The index of the run with the lowest speedup.
@@ -294,7 +294,7 @@ impl RandomSummary {
 }
 
 /// A whole campaign and how it was made.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RandomCampaign {
     pub command: String,
     pub seed: u64,
@@ -306,7 +306,9 @@ pub struct RandomCampaign {
     pub summary: RandomSummary,
     /// Each case at the costs its window stands for ([`window_cost_scale`]): what the
     /// targets judge.
+    #[serde(default)]
     pub rows_at_window_costs: Vec<RandomRow>,
+    #[serde(default)]
     pub summary_at_window_costs: RandomSummary,
 }
 
@@ -332,6 +334,16 @@ impl RandomCampaign {
             summary_at_window_costs: RandomSummary::of(&rows_at_window_costs),
             rows,
             rows_at_window_costs,
+        }
+    }
+
+    /// The campaign with its summaries made again from its rows (as the code states them
+    /// now), to render a page from its JSON.
+    pub fn resummed(self) -> Self {
+        RandomCampaign {
+            summary: RandomSummary::of(&self.rows),
+            summary_at_window_costs: RandomSummary::of(&self.rows_at_window_costs),
+            ..self
         }
     }
 
@@ -381,17 +393,29 @@ impl RandomCampaign {
              under rocs.\n"
         );
         let window_ms = ROCSD_WINDOW_SECONDS * 1e3;
+        let mut scales: Vec<f64> = self
+            .rows_at_window_costs
+            .iter()
+            .map(|r| r.cost_scale)
+            .collect();
+        scales.sort_by(f64::total_cmp);
+        let times = |scale: Option<f64>| scale.map_or("-".into(), |v| format!("{:.0}", 1.0 / v));
         let _ = writeln!(
             s,
             "Every case runs twice. Once at its machine's costs of a page move (2 µs) and a \
              sample; once with both times its window over rocsd's window on Linux \
              ({window_ms:.0} ms at the machine's clock; the column \"cost scale\"). A \
-             simulated run is 200 windows of well under a millisecond only so that it is \
-             quick: it stands for a program of 200 windows of {window_ms:.0} ms, which makes \
-             some 300 times the accesses while a move still costs 2 µs. At the machine's \
-             costs every move and sample weighs that many times what it weighs for rocsd. \
-             The targets are judged at the window's costs, with the machine's beside them; \
-             both are in every table and in random.json.\n"
+             simulated run is {} windows this short only so that it is quick: it stands \
+             for a program of as many windows of {window_ms:.0} ms, each making more \
+             accesses (here a median {} times as many, from {} to {} times) while a move \
+             still costs 2 µs. At the machine's costs every move and sample weighs that \
+             many times what it weighs for rocsd. The targets are judged at the \
+             window's costs, with the machine's beside them; both are in every table and in \
+             random.json.\n",
+            self.windows_per_run,
+            times(nearest_rank(&scales, 0.5)),
+            times(scales.last().copied()),
+            times(scales.first().copied()),
         );
         s += "## Per machine\n\n";
         let mut machines: Vec<&str> = Vec::new();
@@ -780,6 +804,10 @@ mod tests {
             "{first:?}"
         );
         let page = c.markdown();
+        assert!(
+            page.contains("(here a median 333 times as many, from 333 to 333 times)"),
+            "{page}"
+        );
         // The replay of a run at the window's costs gives its scale.
         assert!(
             page.contains("--machine tiny --cost-scale 0.003 --seed 0 --mode all"),
