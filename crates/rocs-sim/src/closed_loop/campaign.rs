@@ -169,7 +169,7 @@ pub fn run_case(
     let at_machine_costs = run_case_at(case, 1.0, cfg, &mut |what| {
         progress(&format!("{what} (machine's costs)"))
     })?;
-    let window = (at_machine_costs.baseline_cycles / cfg.windows_per_run.max(1)).max(10_000);
+    let window = cfg.window_of(at_machine_costs.baseline_cycles);
     let scale = window_cost_scale(&case.machine, window);
     let at_window_costs = run_case_at(case, scale, cfg, &mut |what| {
         progress(&format!("{what} (costs x{scale})"))

@@ -90,7 +90,12 @@ pub struct LoopConfig {
 impl LoopConfig {
     /// The controller window for a workload whose baseline run is `baseline`.
     pub fn window_for(&self, baseline: &BaselineRun) -> u64 {
-        (baseline.stats.cycles / self.windows_per_run.max(1)).max(10_000)
+        self.window_of(baseline.stats.cycles)
+    }
+
+    /// The controller window for a workload whose baseline run took `baseline_cycles`.
+    pub fn window_of(&self, baseline_cycles: u64) -> u64 {
+        (baseline_cycles / self.windows_per_run.max(1)).max(10_000)
     }
 }
 
