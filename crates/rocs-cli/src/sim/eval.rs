@@ -239,6 +239,21 @@ pub fn journal<T: Serialize + DeserializeOwned>(
     Journal::open(&dir.join(name), command, &build, cases, &|s| steps.line(s)).map(Some)
 }
 
+/// A page's JSON read back (`what` names it in the error: "the real suite's JSON (...)").
+pub fn read_page_json<T: DeserializeOwned>(path: &Path, what: &str) -> anyhow::Result<T> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("{}: not {what}", path.display()))
+}
+
+/// Where a page rendered from `json` goes: --out, or the JSON's own directory.
+pub fn beside(json: &Path, out: Option<&Path>) -> PathBuf {
+    out.map(Path::to_path_buf).unwrap_or_else(|| {
+        json.parent()
+            .map_or_else(|| ".".into(), |dir| dir.to_path_buf())
+    })
+}
+
 /// Write `files` (name, text) into `dir`.
 pub fn write_all(dir: &Path, files: &[(String, String)]) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -268,15 +283,10 @@ fn builtins(args: EvalArgs, workloads: Vec<&str>, modern: bool) -> anyhow::Resul
 
 /// An evaluation read back from its JSON, its targets checked again.
 fn stored(path: &Path, modern: bool) -> anyhow::Result<Evaluation> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let evaluation: Evaluation = serde_json::from_str(&text).with_context(|| {
-        format!(
-            "{}: not an evaluation's JSON (evaluation.json or modern.json as `sim eval --out` \
-             writes them)",
-            path.display()
-        )
-    })?;
+    let evaluation: Evaluation = read_page_json(
+        path,
+        "an evaluation's JSON (evaluation.json or modern.json as `sim eval --out` writes them)",
+    )?;
     // The modern suite's rows carry CAT; the paper suite's carry linear search.
     let is_modern = evaluation.rows.iter().all(|r| r.cat.is_some());
     if evaluation.rows.is_empty() || is_modern != modern {

@@ -8,7 +8,9 @@ use std::process::ExitCode;
 use anyhow::Context;
 use rocs_sim::closed_loop::{random_cases, run_case, RandomCampaign};
 
-use super::eval::{all_machines, in_parallel, journal, write_all, EvalArgs};
+use super::eval::{
+    all_machines, beside, in_parallel, journal, read_page_json, write_all, EvalArgs,
+};
 use super::progress::Steps;
 
 /// The subdirectory of --out that holds the generated workloads.
@@ -75,43 +77,29 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
         extra += &format!(" --jobs {}", args.jobs);
     }
     let campaign = RandomCampaign::new(args.command(&extra), args.seed, args.length, &cfg, rows?);
-    let markdown = campaign.markdown();
-    if let Some(dir) = &args.out {
-        let mut files = vec![
-            ("random.md".to_string(), markdown.clone()),
-            (
-                "random.json".to_string(),
-                serde_json::to_string_pretty(&campaign)? + "\n",
-            ),
-        ];
-        for case in &cases {
-            let name = format!("{WORKLOADS}/{}.toml", case.workload.name);
-            let shown = dir.join(&name).display().to_string();
-            files.push((name, case.toml(&shown)));
-        }
-        write_all(dir, &files)?;
-    }
+    let workloads: Vec<(String, String)> = match &args.out {
+        Some(dir) => cases
+            .iter()
+            .map(|case| {
+                let name = format!("{WORKLOADS}/{}.toml", case.workload.name);
+                let shown = dir.join(&name).display().to_string();
+                (name, case.toml(&shown))
+            })
+            .collect(),
+        None => Vec::new(),
+    };
+    write_page(&args, &campaign, args.out.as_deref(), workloads)?;
     journal.map_or(Ok(()), |j| j.remove())?;
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&campaign)?);
-    } else {
-        print!("{markdown}");
-    }
     Ok(ExitCode::SUCCESS)
 }
 
 /// `--from random.json`: the page rendered again from a campaign's JSON, its summaries and
 /// targets made again from its rows; written beside the JSON unless --out says where.
 fn render_stored(args: &EvalArgs, path: &Path) -> anyhow::Result<ExitCode> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let campaign: RandomCampaign = serde_json::from_str(&text).with_context(|| {
-        format!(
-            "{}: not the random suite's JSON (random.json as `sim eval --suite random --out` \
-             writes it)",
-            path.display()
-        )
-    })?;
+    let campaign: RandomCampaign = read_page_json(
+        path,
+        "the random suite's JSON (random.json as `sim eval --suite random --out` writes it)",
+    )?;
     if campaign.rows_at_window_costs.len() != campaign.rows.len() {
         anyhow::bail!(
             "{}: made before each case also ran at the window's costs; make the page again \
@@ -119,28 +107,37 @@ fn render_stored(args: &EvalArgs, path: &Path) -> anyhow::Result<ExitCode> {
             path.display()
         );
     }
-    let campaign = campaign.resummed();
+    let dir = beside(path, args.out.as_deref());
+    write_page(args, &campaign.resummed(), Some(&dir), Vec::new())?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// random.md, random.json and `more` files into `dir` if given; the page (or with --json
+/// the campaign) on standard output.
+fn write_page(
+    args: &EvalArgs,
+    campaign: &RandomCampaign,
+    dir: Option<&Path>,
+    more: Vec<(String, String)>,
+) -> anyhow::Result<()> {
     let markdown = campaign.markdown();
-    let dir = args.out.clone().unwrap_or_else(|| {
-        path.parent()
-            .map_or_else(|| ".".into(), |dir| dir.to_path_buf())
-    });
-    write_all(
-        &dir,
-        &[
+    if let Some(dir) = dir {
+        let mut files = vec![
             ("random.md".to_string(), markdown.clone()),
             (
                 "random.json".to_string(),
-                serde_json::to_string_pretty(&campaign)? + "\n",
+                serde_json::to_string_pretty(campaign)? + "\n",
             ),
-        ],
-    )?;
+        ];
+        files.extend(more);
+        write_all(dir, &files)?;
+    }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&campaign)?);
+        println!("{}", serde_json::to_string_pretty(campaign)?);
     } else {
         print!("{markdown}");
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }
 
 fn closed_loop_default_length() -> f64 {

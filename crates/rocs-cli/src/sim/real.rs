@@ -8,25 +8,18 @@ use std::process::ExitCode;
 use anyhow::Context;
 use rocs_sim::closed_loop::real::{run_real, Manifest, RealSuite};
 
-use super::eval::{all_machines, in_parallel, journal, write_all, EvalArgs};
+use super::eval::{
+    all_machines, beside, in_parallel, journal, read_page_json, write_all, EvalArgs,
+};
 use super::progress::Steps;
 
 pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
     if let Some(path) = &args.from {
-        let text =
-            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-        let suite: RealSuite = serde_json::from_str(&text).with_context(|| {
-            format!(
-                "{}: not the real suite's JSON (real.json as `sim eval --suite real --out` \
-                 writes it)",
-                path.display()
-            )
-        })?;
-        let out = args.out.clone().unwrap_or_else(|| {
-            path.parent()
-                .map_or_else(|| ".".into(), |dir| dir.to_path_buf())
-        });
-        write(&args, &suite, &out)?;
+        let suite: RealSuite = read_page_json(
+            path,
+            "the real suite's JSON (real.json as `sim eval --suite real --out` writes it)",
+        )?;
+        write(&args, &suite, &beside(path, args.out.as_deref()))?;
         return Ok(ExitCode::SUCCESS);
     }
     let cfg = args.config()?;
