@@ -74,7 +74,7 @@ fn check(spec: &MachineSpec, seed: u64) -> Option<String> {
     })
 }
 
-/// Every seed of `seeds` that broke a bound, with how to replay it.
+/// Fails listing every seed of `seeds` that broke a bound, with how to replay it.
 fn assert_none_breaks_a_bound(seeds: &[u64]) {
     let spec = MachineSpec::resolve("tiny").unwrap();
     let failures: Vec<String> = seeds.iter().filter_map(|&s| check(&spec, s)).collect();
