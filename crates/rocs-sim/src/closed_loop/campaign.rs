@@ -424,13 +424,10 @@ impl RandomCampaign {
                 machines.push(&r.machine);
             }
         }
-        let at_both = [
-            ("window's", &self.rows_at_window_costs),
-            ("machine's", &self.rows),
-        ];
+        let at_both = self.at_both_costs();
         let mut cells: Vec<Vec<String>> = Vec::new();
         for m in machines.iter().copied().chain(["**all**"]) {
-            for (costs, rows) in at_both {
+            for (costs, rows, _) in at_both {
                 let rows: Vec<RandomRow> = rows
                     .iter()
                     .filter(|r| m == "**all**" || r.machine == m)
@@ -457,25 +454,18 @@ impl RandomCampaign {
         );
         s += &targets(&self.targets());
         s += &self.where_losses_go(&machines);
-        for (costs, rows, losses) in [
-            (
-                "window's",
-                &self.rows_at_window_costs,
-                self.summary_at_window_costs.losses,
-            ),
-            ("machine's", &self.rows, self.summary.losses),
-        ] {
+        for (costs, rows, summary) in at_both {
             let _ = writeln!(s, "\n## The worst runs at the {costs} costs\n");
             let mut worst: Vec<&RandomRow> = rows.iter().collect();
             worst.sort_by(|a, b| a.speedup.total_cmp(&b.speedup));
             let shown: Vec<Vec<String>> = worst
                 .iter()
-                .take(10.max(losses))
+                .take(10.max(summary.losses))
                 .map(|r| row_cells(r))
                 .collect();
             s += &table(&ROW_HEADER, ROW_ALIGN, &shown);
         }
-        for (costs, rows) in at_both {
+        for (costs, rows, _) in at_both {
             let mut tenants: Vec<&RandomRow> = rows.iter().filter(|r| r.tenants > 1).collect();
             if tenants.is_empty() {
                 continue;
@@ -488,15 +478,25 @@ impl RandomCampaign {
         s
     }
 
+    /// The runs at the window's costs, then at the machine's, each with its label and
+    /// summary: the order of every table's rows.
+    fn at_both_costs(&self) -> [(&'static str, &[RandomRow], &RandomSummary); 2] {
+        [
+            (
+                "window's",
+                &self.rows_at_window_costs,
+                &self.summary_at_window_costs,
+            ),
+            ("machine's", &self.rows, &self.summary),
+        ]
+    }
+
     /// Per machine and costs, what the runs below [`LOSS`] lost on average, split into
     /// sampling, page moves and the rest.
     fn where_losses_go(&self, machines: &[&str]) -> String {
         let mut cells = Vec::new();
         for m in machines.iter().copied().chain(["**all**"]) {
-            for (costs, rows) in [
-                ("window's", &self.rows_at_window_costs),
-                ("machine's", &self.rows),
-            ] {
+            for (costs, rows, _) in self.at_both_costs() {
                 let below: Vec<&RandomRow> = rows
                     .iter()
                     .filter(|r| (m == "**all**" || r.machine == m) && r.speedup < LOSS)
