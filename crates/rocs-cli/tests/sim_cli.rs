@@ -643,8 +643,24 @@ fn the_real_suite_runs_programs_alone_and_in_pairs() {
         assert!(row.get("not_run").is_none(), "{suite}");
     }
     assert_eq!(rows[2]["tenant_speedups"].as_array().unwrap().len(), 2);
+    // Each case again at the costs its window stands for: far below the machine's.
+    let at_window = suite["rows_at_window_costs"].as_array().unwrap();
+    assert_eq!(at_window.len(), 3, "{suite}");
+    for (row, own) in at_window.iter().zip(rows) {
+        assert_eq!(row["case"], own["case"]);
+        let scale = row["cost_scale"].as_f64().unwrap();
+        assert!(scale > 0.0 && scale < 0.1, "{suite}");
+        assert_eq!(own["cost_scale"].as_f64(), Some(1.0));
+    }
     let page = std::fs::read_to_string(traces.join("real.md")).unwrap();
-    assert!(page.contains("| loop | a loop and a table |"), "{page}");
+    assert!(
+        page.contains("| loop | a loop and a table | window's (x"),
+        "{page}"
+    );
+    assert!(
+        page.contains("| loop | a loop and a table | machine's |"),
+        "{page}"
+    );
     assert!(page.contains("real-speedup-tiny.svg"), "{page}");
     roxmltree::Document::parse(
         &std::fs::read_to_string(traces.join("real-pages-tiny.svg")).unwrap(),

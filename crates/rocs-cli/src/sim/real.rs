@@ -46,24 +46,35 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
         let (machine, case) = runs[i];
         let prefix = format!("[{}/{total}] {} {}: ", i + 1, machine.name, case.name);
         let mut report = |what: &str| steps.step(&format!("{prefix}{what}"));
-        let row = run_real(case, machine, &cfg, args.seed, &mut report)
+        let rows = run_real(case, machine, &cfg, args.seed, &mut report)
             .with_context(|| format!("running {} on {}", case.name, machine.name))?;
-        steps.line(&match &row.not_run {
+        let (window, own) = (&rows.at_window_costs, &rows.at_machine_costs);
+        steps.line(&match &own.not_run {
             Some(why) => format!("{prefix}not run: {why}"),
             None => format!(
-                "{prefix}done: speedup {:.3}, oracle {:.3}",
-                row.speedup, row.oracle_speedup
+                "{prefix}done: speedup {:.3}, oracle {:.3} at the window's costs (x{}); \
+                 {:.3}, {:.3} at the machine's",
+                window.speedup,
+                window.oracle_speedup,
+                window.cost_scale,
+                own.speedup,
+                own.oracle_speedup
             ),
         });
-        Ok(row)
+        Ok(rows)
     });
     steps.finish();
+    let (rows, rows_at_window_costs) = rows?
+        .into_iter()
+        .map(|r| (r.at_machine_costs, r.at_window_costs))
+        .unzip();
     let suite = RealSuite {
         command,
         seed: args.seed,
         made: manifest.made.clone(),
         traces,
-        rows: rows?,
+        rows,
+        rows_at_window_costs,
     };
     write(&args, &suite, &out)?;
     journal.map_or(Ok(()), |j| j.remove())?;

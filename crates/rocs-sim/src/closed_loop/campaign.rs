@@ -106,7 +106,7 @@ pub struct RandomRow {
     pub cost_scale: f64,
 }
 
-fn one() -> f64 {
+pub(super) fn one() -> f64 {
     1.0
 }
 

@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use super::campaign::{one, window_cost_scale};
 use super::render::{table, BarChart};
 use super::{compare, ratio, tenant_speedups, LoopConfig, LoopError, Modes};
 use crate::spec::{parse_toml, read_file};
@@ -233,17 +234,61 @@ pub struct RealRow {
     pub pages_profiled: usize,
     /// Cycles paid for sampling and migrating / rocs cycles.
     pub overhead: f64,
+    /// The factor on the machine's costs of a page move and a sample this run had
+    /// ([`window_cost_scale`]; 1 at the machine's own).
+    #[serde(default = "one")]
+    pub cost_scale: f64,
 }
 
-/// Baseline, rocs and the oracle of `case` on `spec`. A machine that cannot replay the
-/// case gives a row that says why.
+/// A case's runs at the machine's costs and at the costs its window stands for.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RealCaseRows {
+    pub at_machine_costs: RealRow,
+    pub at_window_costs: RealRow,
+}
+
+/// Baseline, rocs and the oracle of `case` on `spec`, at the machine's costs and again at
+/// the costs its window stands for ([`window_cost_scale`]), as the random campaign runs
+/// its cases: a trace's run is as many windows as a long program's, each far shorter
+/// than rocsd's. A machine that cannot replay the case gives rows that say why.
 pub fn run_real(
     case: &RealCase,
     spec: &MachineSpec,
     cfg: &LoopConfig,
     seed: u64,
     progress: &mut dyn FnMut(&str),
-) -> Result<RealRow, LoopError> {
+) -> Result<RealCaseRows, LoopError> {
+    let (at_machine_costs, baseline_cycles) =
+        run_real_at(case, spec, 1.0, cfg, seed, &mut |what| {
+            progress(&format!("{what} (machine's costs)"))
+        })?;
+    if at_machine_costs.not_run.is_some() {
+        return Ok(RealCaseRows {
+            at_window_costs: at_machine_costs.clone(),
+            at_machine_costs,
+        });
+    }
+    let scale = window_cost_scale(spec, cfg.window_of(baseline_cycles));
+    let (at_window_costs, _) = run_real_at(case, spec, scale, cfg, seed, &mut |what| {
+        progress(&format!("{what} (costs x{scale})"))
+    })?;
+    Ok(RealCaseRows {
+        at_machine_costs,
+        at_window_costs,
+    })
+}
+
+/// Baseline, rocs and the oracle of `case` on `spec` with its costs `cost_scale` times
+/// its own; the row and the baseline's cycles.
+fn run_real_at(
+    case: &RealCase,
+    spec: &MachineSpec,
+    cost_scale: f64,
+    cfg: &LoopConfig,
+    seed: u64,
+    progress: &mut dyn FnMut(&str),
+) -> Result<(RealRow, u64), LoopError> {
+    let spec = spec.with_costs_scaled(cost_scale)?;
     let mut row = RealRow {
         machine: spec.name.clone(),
         case: case.name.clone(),
@@ -259,12 +304,13 @@ pub fn run_real(
         pages_confined: 0,
         pages_profiled: 0,
         overhead: 0.0,
+        cost_scale,
     };
-    if let Err(SimError::Unsupported(why)) = machine_for(case, spec, seed) {
+    if let Err(SimError::Unsupported(why)) = machine_for(case, &spec, seed) {
         row.not_run = Some(why);
-        return Ok(row);
+        return Ok((row, 0));
     }
-    let make = || machine_for(case, spec, seed);
+    let make = || machine_for(case, &spec, seed);
     let c = compare(&make, cfg, Modes::ALL, progress)?;
     let rocs = c.rocs.as_ref().expect("asked for rocs");
     let oracle = c.oracle.as_ref().expect("asked for the oracle");
@@ -277,7 +323,7 @@ pub fn run_real(
     row.pages_confined = rocs.pages_confined;
     row.pages_profiled = rocs.pages_profiled;
     row.overhead = ratio(rocs.overhead_cycles, rocs.stats.cycles);
-    Ok(row)
+    Ok((row, c.baseline.stats.cycles))
 }
 
 /// The whole suite.
@@ -291,14 +337,18 @@ pub struct RealSuite {
     /// The traces the suite ran.
     #[serde(default)]
     pub traces: Vec<TraceInfo>,
+    /// Each case at its machine's costs.
     pub rows: Vec<RealRow>,
+    /// Each case at the costs its window stands for ([`window_cost_scale`]): what the
+    /// page judges. Empty in a suite run before they were.
+    #[serde(default)]
+    pub rows_at_window_costs: Vec<RealRow>,
 }
 
-const SPEEDUP_SERIES: [(&str, &str); 3] = [
-    ("baseline", "#9e9e9e"),
-    ("rocs", "#1f77b4"),
-    ("oracle", "#ff7f0e"),
-];
+/// Colours of a measure at the costs the page judges, then at the other (lighter).
+const ROCS_COLOURS: [&str; 2] = ["#1f77b4", "#aec7e8"];
+const ORACLE_COLOURS: [&str; 2] = ["#ff7f0e", "#ffbb78"];
+const PROFILED_COLOURS: [&str; 2] = ["#9e9e9e", "#e0e0e0"];
 
 impl RealSuite {
     pub fn machines(&self) -> Vec<String> {
@@ -311,34 +361,94 @@ impl RealSuite {
         v
     }
 
-    fn ran_on(&self, machine: &str) -> Vec<&RealRow> {
+    /// The runs at the window's costs (if the suite has them), then at the machine's,
+    /// each with its label: the first are what the page judges.
+    fn at_both_costs(&self) -> Vec<(&'static str, &[RealRow])> {
+        [
+            ("window's", self.rows_at_window_costs.as_slice()),
+            ("machine's", self.rows.as_slice()),
+        ]
+        .into_iter()
+        .filter(|(_, rows)| !rows.is_empty())
+        .collect()
+    }
+
+    /// The cases of `machine` that ran, each with its row at each costs (labelled as
+    /// [`RealSuite::at_both_costs`]).
+    fn ran_on(&self, machine: &str) -> Vec<(String, Vec<(&'static str, &RealRow)>)> {
         self.rows
             .iter()
             .filter(|r| r.machine == machine && r.not_run.is_none())
+            .map(|r| (r.case.clone(), self.at_each_costs(r)))
+            .collect()
+    }
+
+    /// `row`'s case on its machine at each costs.
+    fn at_each_costs(&self, row: &RealRow) -> Vec<(&'static str, &RealRow)> {
+        self.at_both_costs()
+            .into_iter()
+            .filter_map(|(costs, rows)| {
+                rows.iter()
+                    .find(|r| r.machine == row.machine && r.case == row.case)
+                    .map(|r| (costs, r))
+            })
             .collect()
     }
 
     /// The charts of `machine`: (file name, SVG) of the speedups, the search's cost and
-    /// the pages confined.
+    /// the pages confined, each bar at both costs.
     pub fn svgs(&self, machine: &str) -> Vec<(String, String)> {
-        let rows = self.ran_on(machine);
-        let chart =
-            |title: String, series: &[(&str, &str)], value: &dyn Fn(&RealRow) -> Vec<f64>, unit| {
-                BarChart {
-                    title,
-                    series,
-                    groups: rows.iter().map(|r| (r.case.clone(), value(r))).collect(),
-                    unit_line: unit,
+        let ran = self.ran_on(machine);
+        let both = self.at_both_costs();
+        // A measure: its name, its colours at the judged and the other costs, and its
+        // value; each gives one series per costs.
+        type Measure<'a> = (&'a str, [&'a str; 2], &'a dyn Fn(&RealRow) -> f64);
+        let chart = |title: String, first: Option<(&str, f64)>, measures: &[Measure], unit| {
+            let mut names: Vec<(String, &str)> = Vec::new();
+            if let Some((name, _)) = first {
+                names.push((name.to_string(), "#9e9e9e"));
+            }
+            for (name, colours, _) in measures {
+                // The judged costs (the first) dark, the other light.
+                for (i, (costs, _)) in both.iter().enumerate() {
+                    let colour = colours[i];
+                    let label = if both.len() > 1 {
+                        format!("{name}, {costs} costs")
+                    } else {
+                        name.to_string()
+                    };
+                    names.push((label, colour));
                 }
-                .svg()
-            };
+            }
+            let series: Vec<(&str, &str)> = names.iter().map(|(n, c)| (n.as_str(), *c)).collect();
+            let groups = ran
+                .iter()
+                .map(|(case, rows)| {
+                    let mut v: Vec<f64> = first.iter().map(|(_, value)| *value).collect();
+                    for (_, _, value) in measures {
+                        v.extend(rows.iter().map(|(_, r)| value(r)));
+                    }
+                    (case.clone(), v)
+                })
+                .collect();
+            BarChart {
+                title,
+                series: &series,
+                groups,
+                unit_line: unit,
+            }
+            .svg()
+        };
         vec![
             (
                 format!("real-speedup-{machine}.svg"),
                 chart(
                     format!("Speedup over baseline on {machine}"),
-                    &SPEEDUP_SERIES,
-                    &|r| vec![1.0, r.speedup, r.oracle_speedup],
+                    Some(("baseline", 1.0)),
+                    &[
+                        ("rocs", ROCS_COLOURS, &|r| r.speedup),
+                        ("oracle", ORACLE_COLOURS, &|r| r.oracle_speedup),
+                    ],
                     true,
                 ),
             ),
@@ -346,8 +456,8 @@ impl RealSuite {
                 format!("real-search-{machine}.svg"),
                 chart(
                     format!("Search windows on {machine}"),
-                    &[("search windows", "#1f77b4")],
-                    &|r| vec![r.search_windows as f64],
+                    None,
+                    &[("search windows", ROCS_COLOURS, &|r| r.search_windows as f64)],
                     false,
                 ),
             ),
@@ -355,8 +465,11 @@ impl RealSuite {
                 format!("real-pages-{machine}.svg"),
                 chart(
                     format!("Pages confined and profiled on {machine}"),
-                    &[("confined", "#1f77b4"), ("profiled", "#9e9e9e")],
-                    &|r| vec![r.pages_confined as f64, r.pages_profiled as f64],
+                    None,
+                    &[
+                        ("confined", ROCS_COLOURS, &|r| r.pages_confined as f64),
+                        ("profiled", PROFILED_COLOURS, &|r| r.pages_profiled as f64),
+                    ],
                     false,
                 ),
             ),
@@ -378,7 +491,18 @@ impl RealSuite {
              each tenant's baseline cycles / its cycles under rocs.\n",
             self.command, self.seed
         );
+        if !self.rows_at_window_costs.is_empty() {
+            s += "Every case runs twice, as in random.md: at its machine's costs of a page \
+                  move and a sample, and with both times its window over rocsd's window on \
+                  Linux (100 ms at the machine's clock; the column \"costs\" gives the \
+                  factor). A trace is replayed in as many windows as a long program runs, \
+                  each far shorter than rocsd's, so at the machine's costs every move and \
+                  sample weighs that many times what it weighs for rocsd. The page judges \
+                  at the window's costs, with the machine's beside them in every table and \
+                  chart and in real.json.\n\n";
+        }
         s += &self.traces_section();
+        let both = self.at_both_costs();
         for machine in self.machines() {
             let _ = writeln!(s, "## {machine}\n");
             if !self.ran_on(&machine).is_empty() {
@@ -390,34 +514,14 @@ impl RealSuite {
                 .rows
                 .iter()
                 .filter(|r| r.machine == machine)
-                .map(|r| {
-                    if let Some(why) = &r.not_run {
-                        let mut c = vec![r.case.clone(), r.what.clone(), format!("not run: {why}")];
-                        c.resize(9, String::new());
-                        return c;
-                    }
-                    let tenants: Vec<String> = r
-                        .tenant_speedups
-                        .iter()
-                        .map(|t| format!("{t:.3}"))
-                        .collect();
-                    vec![
-                        r.case.clone(),
-                        r.what.clone(),
-                        format!("{:.3}", r.speedup),
-                        format!("{:.3}", r.oracle_speedup),
-                        format!("{:.3}", r.fraction_of_oracle),
-                        tenants.join(", "),
-                        r.search_windows.to_string(),
-                        format!("{} / {}", r.pages_confined, r.pages_profiled),
-                        format!("{:.2}%", r.overhead * 100.0),
-                    ]
-                })
+                .flat_map(|r| self.at_each_costs(r))
+                .map(|(costs, r)| row_cells(costs, r))
                 .collect();
             s += &table(
                 &[
                     "program",
                     "what",
+                    "costs",
                     "rocs speedup",
                     "oracle",
                     "of oracle",
@@ -426,28 +530,36 @@ impl RealSuite {
                     "pages confined / profiled",
                     "overhead",
                 ],
-                "llrrrrrrr",
+                "lllrrrrrrr",
                 &cells,
             );
         }
-        let ran: Vec<&RealRow> = self.rows.iter().filter(|r| r.not_run.is_none()).collect();
-        s += &self.why(&ran);
-        let below: Vec<String> = ran
-            .iter()
-            .filter(|r| r.speedup < 0.99)
-            .map(|r| format!("{} on {}: {:.3}", r.case, r.machine, r.speedup))
-            .collect();
-        let _ = writeln!(
-            s,
-            "## Never below 0.99 of off\n\n{} of {} runs below: {}\n",
-            below.len(),
-            ran.len(),
-            if below.is_empty() {
-                "none".into()
-            } else {
-                below.join("; ")
-            }
-        );
+        let Some((judged, judged_rows)) = both.first() else {
+            return s;
+        };
+        let ran: Vec<&RealRow> = judged_rows.iter().filter(|r| r.not_run.is_none()).collect();
+        s += &self.why(judged, &ran);
+        s += "## Never below 0.99 of off\n\n";
+        for (costs, rows) in &both {
+            let ran: Vec<&RealRow> = rows.iter().filter(|r| r.not_run.is_none()).collect();
+            let below: Vec<String> = ran
+                .iter()
+                .filter(|r| r.speedup < 0.99)
+                .map(|r| format!("{} on {}: {:.3}", r.case, r.machine, r.speedup))
+                .collect();
+            let _ = writeln!(
+                s,
+                "- At the {costs} costs: {} of {} runs below: {}.",
+                below.len(),
+                ran.len(),
+                if below.is_empty() {
+                    "none".into()
+                } else {
+                    below.join("; ")
+                }
+            );
+        }
+        s.push('\n');
         s
     }
 
@@ -479,11 +591,11 @@ impl RealSuite {
     /// does by [`GAIN`]; one that does not either misses too little for any placement to
     /// matter (baseline MPKI under [`MISSES`]: the LLC holds what it reuses), or misses on
     /// data that no prefix of its miss-rate stack protects.
-    fn why(&self, ran: &[&RealRow]) -> String {
+    fn why(&self, costs: &str, ran: &[&RealRow]) -> String {
         use std::fmt::Write;
         let mut s = format!(
             "## Which gain, which do not, and why\n\n\
-             A case *gains* if its oracle runs at least {:.0}% faster than the baseline: \
+             At the {costs} costs. A case *gains* if its oracle runs at least {:.0}% faster than the baseline: \
              confining the top of its miss-rate stack then protects data it reuses, and the \
              row says how much of that rocs finds online. A case that does not either \
              *fits*: its LLC misses per thousand instructions without rocs (MPKI) are under \
@@ -543,6 +655,42 @@ impl RealSuite {
     }
 }
 
+/// One row of a machine's table: `r` at the `costs` it ran at.
+fn row_cells(costs: &str, r: &RealRow) -> Vec<String> {
+    let costs = if r.cost_scale == 1.0 {
+        costs.to_string()
+    } else {
+        format!("{costs} (x{})", r.cost_scale)
+    };
+    if let Some(why) = &r.not_run {
+        let mut c = vec![
+            r.case.clone(),
+            r.what.clone(),
+            costs,
+            format!("not run: {why}"),
+        ];
+        c.resize(10, String::new());
+        return c;
+    }
+    let tenants: Vec<String> = r
+        .tenant_speedups
+        .iter()
+        .map(|t| format!("{t:.3}"))
+        .collect();
+    vec![
+        r.case.clone(),
+        r.what.clone(),
+        costs,
+        format!("{:.3}", r.speedup),
+        format!("{:.3}", r.oracle_speedup),
+        format!("{:.3}", r.fraction_of_oracle),
+        tenants.join(", "),
+        r.search_windows.to_string(),
+        format!("{} / {}", r.pages_confined, r.pages_profiled),
+        format!("{:.2}%", r.overhead * 100.0),
+    ]
+}
+
 /// The oracle's speedup from which a case counts as one that gains.
 const GAIN: f64 = 1.01;
 
@@ -573,6 +721,7 @@ mod tests {
             pages_confined: 0,
             pages_profiled: 0,
             overhead: 0.0,
+            cost_scale: 1.0,
         }
     }
 
@@ -583,6 +732,7 @@ mod tests {
             seed: 1,
             made: None,
             traces: Vec::new(),
+            rows_at_window_costs: Vec::new(),
             rows: vec![
                 row("tiny", "bzip2", 12.0, 1.018, 0.999),
                 row("tiny", "xz", 0.4, 1.004, 1.0),
@@ -604,6 +754,46 @@ mod tests {
                  saves: none."
             ),
             "{page}"
+        );
+    }
+
+    #[test]
+    fn the_page_judges_at_the_window_s_costs_and_shows_the_machine_s_beside() {
+        let at_window = RealRow {
+            cost_scale: 0.0029,
+            ..row("tiny", "xz", 3.7, 1.001, 0.999)
+        };
+        let suite = RealSuite {
+            command: "rocsctl sim eval --suite real".into(),
+            seed: 1,
+            made: None,
+            traces: Vec::new(),
+            rows: vec![row("tiny", "xz", 3.7, 1.02, 0.985)],
+            rows_at_window_costs: vec![at_window],
+        };
+        let page = suite.markdown();
+        assert!(
+            page.contains(
+                "| xz |  | window's (x0.0029) | 0.999 | 1.001 | 0.998 | 0.999 | 0 | 0 / 0 | 0.00% |\n\
+                 | xz |  | machine's | 0.985 | 1.020 | 0.966 | 0.985 | 0 | 0 / 0 | 0.00% |"
+            ),
+            "{page}"
+        );
+        // Judged at the window's costs: there the oracle gains under 1%.
+        assert!(page.contains("At the window's costs. "), "{page}");
+        assert!(page.contains("- **tiny**: gain: none."), "{page}");
+        assert!(
+            page.contains(
+                "- At the window's costs: 0 of 1 runs below: none.\n\
+                 - At the machine's costs: 1 of 1 runs below: xz on tiny: 0.985."
+            ),
+            "{page}"
+        );
+        let speedups = &suite.svgs("tiny")[0].1;
+        assert!(
+            speedups.contains("rocs, window's costs")
+                && speedups.contains("oracle, machine's costs"),
+            "{speedups}"
         );
     }
 
@@ -635,6 +825,7 @@ mod tests {
             made: m.made.clone(),
             traces,
             rows: Vec::new(),
+            rows_at_window_costs: Vec::new(),
         };
         let page = suite.markdown();
         assert!(page.contains("| a | 4 |"), "{page}");
