@@ -34,6 +34,12 @@ enum Pattern {
     /// 40 pages that only stream, then two reused regions: 8 pages that miss one load in
     /// ten, 16 that miss every other load.
     StreamAndTwoReused,
+    /// [`Pattern::StreamAndReuse`] whose streaming half sweeps (new pages every window),
+    /// as pages that only stream do when the counters say how many loads a sample stands
+    /// for ([`Fake::loads_per_sample`]): pages loaded again window after window are a loop.
+    SweepBesideReuse,
+    /// [`Pattern::StreamAndTwoReused`] whose 40 streaming pages sweep.
+    SweepBesideTwoReused,
     /// Random loads over 2048 pages, a third of them hits (what an LLC holding a third of
     /// the pages gives): each window's samples fall on pages a hash picks, about one page
     /// in three, so the region is cut into pieces wherever a few pages drew no sample.
@@ -66,6 +72,10 @@ struct Fake {
     first_sampled: BTreeMap<Pid, u64>,
     ipc: IpcOf,
     windows: u64,
+    /// LLC loads each sample stands for, in the counters of a sampled window (0: the
+    /// references are a twentieth of the instructions, whatever is sampled). 6: a page
+    /// sampled 10 times in a window is loaded about once a line (64 lines).
+    loads_per_sample: u64,
 }
 
 impl Sampler for Fake {
@@ -108,6 +118,22 @@ impl Sampler for Fake {
                     };
                     (page, miss)
                 }
+                Pattern::SweepBesideReuse => {
+                    let page = i % PAGES;
+                    match page < PAGES / 2 {
+                        true => (swept + page, true),
+                        false => (page, (i / PAGES).is_multiple_of(5)),
+                    }
+                }
+                Pattern::SweepBesideTwoReused => {
+                    let page = i % PAGES;
+                    let round = i / PAGES;
+                    match page {
+                        0..40 => (swept + page, true),
+                        40..48 => (page, round.is_multiple_of(10)),
+                        _ => (page, round.is_multiple_of(2)),
+                    }
+                }
                 Pattern::SparseRandom => (
                     mix(self.windows * 10 * PAGES + i) % SPARSE_PAGES,
                     i % 3 != 0,
@@ -138,11 +164,16 @@ impl Counters for Fake {
         let ipc = (self.ipc)(self.windows, self.sampling.contains(&pid));
         let cycles = 1_000_000;
         let instructions = (ipc * cycles as f64) as u64;
+        let llc_references = match self.loads_per_sample {
+            0 => instructions / 20,
+            n if self.sampling.contains(&pid) => 10 * PAGES * n,
+            _ => instructions / 20,
+        };
         Ok(CounterDelta {
             instructions,
             cycles,
-            llc_references: instructions / 20,
-            llc_misses: instructions / 40,
+            llc_references,
+            llc_misses: (instructions / 40).min(llc_references),
             time_enabled: cycles,
             time_running: cycles,
         })
@@ -209,6 +240,7 @@ fn run_on(
         first_sampled: BTreeMap::new(),
         ipc,
         windows: 0,
+        loads_per_sample: if llc.is_some() { 6 } else { 0 },
     };
     let mut engine = Engine::new();
     for &(pid, _) in targets {
@@ -463,6 +495,7 @@ fn first_profile_window(targets: &[Pid], llc_lines: u64) -> BTreeMap<Pid, u64> {
         first_sampled: BTreeMap::new(),
         ipc: |_, _| 0.5,
         windows: 0,
+        loads_per_sample: 0,
     };
     let mut engine = Engine::new();
     for &pid in targets {
@@ -525,9 +558,42 @@ fn reused_data_larger_than_the_cache_promises_only_what_the_cache_can_hold() {
     let llc = CacheGeometry::from_size(16 << SHIFT, 64, 1, 1, 1 << SHIFT).expect("valid");
     let (fake, events) = run_on(
         Some(&llc),
-        &[(1, Pattern::StreamAndReuse)],
+        &[(1, Pattern::SweepBesideReuse)],
         30,
         knobs(),
+        |_, _| 0.5,
+    );
+    assert!(!searched(&events[&1]), "{:?}", events[&1]);
+    assert_eq!(fake.moved.get(&1), None);
+    assert!(said_nothing_to_win(&events[&1]), "{:?}", events[&1]);
+}
+
+#[test]
+fn a_loop_larger_than_the_cache_promises_what_a_stream_does_not() {
+    // 64 pages that miss on every load, on an LLC of 16 pages (15 outside the pollute
+    // buffer). Loaded about once a line in each of the profile's three windows, they are
+    // a loop the cache cannot hold: confined in part, the rest would fit and hit, so the
+    // target searches. Swept instead (new pages every window, each loaded once a line),
+    // they only stream: nothing to win.
+    let llc = CacheGeometry::from_size(16 << SHIFT, 64, 1, 1, 1 << SHIFT).expect("valid");
+    let three_windows = Knobs {
+        profile_windows: 3,
+        profile_max_windows: 3,
+        ..knobs()
+    };
+    let (_, events) = run_on(
+        Some(&llc),
+        &[(1, Pattern::Stream)],
+        30,
+        three_windows.clone(),
+        |_, _| 0.5,
+    );
+    assert!(searched(&events[&1]), "{:?}", events[&1]);
+    let (fake, events) = run_on(
+        Some(&llc),
+        &[(1, Pattern::Sweep)],
+        30,
+        three_windows,
         |_, _| 0.5,
     );
     assert!(!searched(&events[&1]), "{:?}", events[&1]);
@@ -570,7 +636,7 @@ fn reused_regions_share_the_cache_in_what_they_promise() {
     let llc = CacheGeometry::from_size(16 << SHIFT, 64, 1, 1, 1 << SHIFT).expect("valid");
     let (fake, events) = run_on(
         Some(&llc),
-        &[(1, Pattern::StreamAndTwoReused)],
+        &[(1, Pattern::SweepBesideTwoReused)],
         30,
         knobs(),
         |_, _| 0.5,
@@ -607,6 +673,7 @@ fn a_profile_cut_short_by_a_sharer_that_exits_is_charged_the_window_it_sampled()
         first_sampled: BTreeMap::new(),
         ipc: |_, sampled| if sampled { 0.4 } else { 0.5 },
         windows: 0,
+        loads_per_sample: 0,
     };
     let mut engine = Engine::new();
     for pid in [1, 2] {

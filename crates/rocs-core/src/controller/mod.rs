@@ -210,6 +210,9 @@ pub struct Controller {
     colour_pages: u64,
     /// LLC misses of this target and the others sharing its LLC since it was attached.
     llc_misses_seen: u64,
+    /// LLC references the target made in the current profile's windows: with the
+    /// profile's LLC samples, how many loads each sample stands for.
+    profile_llc_references: u64,
     history: VecDeque<Event>,
     stats: Stats,
 }
@@ -252,6 +255,7 @@ impl Controller {
             llc_room_pages: 0,
             colour_pages: 0,
             llc_misses_seen: 0,
+            profile_llc_references: 0,
             skip_window: false,
             history: VecDeque::new(),
             stats: Stats::default(),
@@ -461,6 +465,7 @@ impl Controller {
                 } => {
                     let slower = slower_than(&delta, *reference_ipc);
                     *cycles += delta.cycles;
+                    self.profile_llc_references += delta.llc_references;
                     *excess_cost += (slower - sampling).max(0.0);
                     *spent += slower.max(sampling);
                     self.spending.spent(slower.max(sampling));
@@ -730,6 +735,7 @@ impl Controller {
         self.placed = None;
         self.reverify_due = false;
         self.profile.clear();
+        self.profile_llc_references = 0;
         self.pages.forget_failures();
         self.stats.profiles += 1;
         self.enter_profile(0, false, reason, out);
