@@ -103,6 +103,27 @@ fn a_converted_trace_replays_to_the_same_numbers() {
 }
 
 #[test]
+fn a_trace_replays_at_scaled_costs_of_rocs_and_refuses_a_scale_that_is_not_one() {
+    // The costs of a page move and a sample are rocs's: the baseline runs as at the
+    // machine's own, and a scale that is not a positive number is refused by name.
+    let dir = tempfile::tempdir().unwrap();
+    let text = dir.path().join("t.lackey");
+    write_lackey(&text);
+    let text = text.to_str().unwrap();
+    let args = ["sim", "trace", "--machine", "tiny", "--json", text];
+    let own = baseline(&args);
+    let scaled = baseline(&[&args[..], &["--cost-scale", "0.003"]].concat());
+    for c in COUNTS {
+        assert_eq!(own[c], scaled[c], "{c}");
+    }
+    let (ok, _, err) = run(&[&args[..], &["--cost-scale", "0"]].concat());
+    assert!(
+        !ok && err.contains("--cost-scale") && err.contains("positive"),
+        "{err}"
+    );
+}
+
+#[test]
 fn bad_binary_traces_are_refused_with_their_offset() {
     let dir = tempfile::tempdir().unwrap();
     let text = dir.path().join("t.lackey");

@@ -87,6 +87,10 @@ struct TraceArgs {
     mode: Mode,
     #[command(flatten)]
     closed_loop: LoopArgs,
+    /// The machine with its costs of a page migration and a sample F times its own
+    /// (real.md's "costs" column: the costs a short simulated window stands for).
+    #[arg(long, default_value_t = 1.0, value_name = "F")]
+    cost_scale: f64,
     #[arg(long)]
     json: bool,
 }
@@ -166,7 +170,9 @@ fn write_binary(reader: &mut TraceReader, path: &Path) -> anyhow::Result<(u64, u
 fn replay(args: TraceArgs) -> anyhow::Result<ExitCode> {
     // Every option is checked before a program is traced.
     args.closed_loop.config(args.mode)?;
-    let profile = MachineSpec::resolve(&args.machine)?;
+    let profile = MachineSpec::resolve(&args.machine)?
+        .with_costs_scaled(args.cost_scale)
+        .context("--cost-scale")?;
     if args.record {
         let Some(save) = &args.save else {
             return replay_recording(&args, &profile);
