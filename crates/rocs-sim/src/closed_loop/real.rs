@@ -545,7 +545,7 @@ impl RealSuite {
             let below: Vec<String> = ran
                 .iter()
                 .filter(|r| r.speedup < 0.99)
-                .map(|r| format!("{} on {}: {:.3}", r.case, r.machine, r.speedup))
+                .map(|r| format!("{} on {}: {:.4}", r.case, r.machine, r.speedup))
                 .collect();
             let _ = writeln!(
                 s,
@@ -785,7 +785,7 @@ mod tests {
         assert!(
             page.contains(
                 "- At the window's costs: 0 of 1 runs below: none.\n\
-                 - At the machine's costs: 1 of 1 runs below: xz on tiny: 0.985."
+                 - At the machine's costs: 1 of 1 runs below: xz on tiny: 0.9850."
             ),
             "{page}"
         );
