@@ -164,10 +164,10 @@ impl Counters for Fake {
         let ipc = (self.ipc)(self.windows, self.sampling.contains(&pid));
         let cycles = 1_000_000;
         let instructions = (ipc * cycles as f64) as u64;
-        let llc_references = match self.loads_per_sample {
-            0 => instructions / 20,
-            n if self.sampling.contains(&pid) => 10 * PAGES * n,
-            _ => instructions / 20,
+        let llc_references = if self.loads_per_sample > 0 && self.sampling.contains(&pid) {
+            10 * PAGES * self.loads_per_sample
+        } else {
+            instructions / 20
         };
         Ok(CounterDelta {
             instructions,
