@@ -23,9 +23,9 @@ Each line also gives, where the page's oracle gains 5%, the median and the
 90th-percentile-worst of each run's speedup over the page's oracle speedup (issue 12's
 fraction of the oracle, judged against the page's oracle runs, not made again).
 
---cost-scale F runs every workload on a copy of its built-in machine whose fixed costs of
-rocs, a page migration (`migration_ns_per_4k`) and a sample (`pmu.sample_cost_cycles`),
-are F times the machine's. A campaign's run lasts 200 controller windows of a few hundred
+--cost-scale F runs every workload with `rocsctl sim run --cost-scale F`: its machine's
+fixed costs of rocs, a page migration and a sample, F times their own, and below 1 rocs
+sampling as rocsd does a window 1/F times as long. A campaign's run lasts 200 controller windows of a few hundred
 thousand cycles, where rocsd's window on Linux is 100 ms (hundreds of millions of
 cycles): a run stands for a program of about 20 seconds whose every fixed cost is paid
 hundreds of times over in proportion. F = 0.1 or 0.01 asks what the campaign's losses
@@ -45,56 +45,24 @@ import os
 import re
 import statistics
 import subprocess
-import tempfile
 from concurrent.futures import ThreadPoolExecutor
 
-MACHINES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
-                        "crates", "rocs-sim", "machines")
-# The fixed costs of rocs in a machine's TOML: a key at the start of a line, its value.
-COST_KEYS = ("migration_ns_per_4k", "sample_cost_cycles")
-
-
-def scaled_machines(pairs, into):
-    """Write each built-in machine NAME of `pairs` (NAME, SCALE) to `into`/NAME-SCALE.toml
-    with its fixed costs of rocs (COST_KEYS) times SCALE; returns {(NAME, SCALE): path}."""
-    paths = {}
-    for name, scale in sorted(set(pairs)):
-        source = os.path.join(MACHINES, name + ".toml")
-        text = open(source).read()
-        for key in COST_KEYS:
-            pattern = re.compile(rf"^{key} = ([0-9.]+)$", re.M)
-            if len(pattern.findall(text)) != 1:
-                raise SystemExit(f"{source}: expected one line '{key} = N' to scale; "
-                                 f"give the key explicitly there")
-            value = float(pattern.search(text).group(1)) * scale
-            # sample_cost_cycles is an integer, rounded up as MachineSpec::with_costs_scaled
-            # does; a cost scaled below one cycle stays one.
-            new = (f"{max(1, math.ceil(value))}" if key == "sample_cost_cycles"
-                   else f"{value!r}")
-            text = pattern.sub(f"{key} = {new}", text)
-        path = paths[(name, scale)] = os.path.join(into, f"{name}-{scale!r}.toml")
-        with open(path, "w") as f:
-            f.write(text)
-    return paths
-
-
-def rocs_run(binary, page_dir, row, offset, machines, output):
-    """The standard output of the run in rocs mode (on `machines`[(its machine, its
-    "_scale")] if given), with `output` (`--json` or `--timeline`)."""
-    machine = (machines or {}).get((row["machine"], row.get("_scale")), row["machine"])
+def rocs_run(binary, page_dir, row, offset, output):
+    """The standard output of the run in rocs mode at its costs ("_scale"), with `output`
+    (`--json` or `--timeline`)."""
     command = [binary, "sim", "run", "--workload",
                os.path.join(page_dir, "random", row["workload"] + ".toml"),
-               "--machine", machine, "--seed", str((row["seed"] + offset) % 2**64),
-               "--mode", "rocs", output]
+               "--machine", row["machine"], "--seed", str((row["seed"] + offset) % 2**64),
+               "--cost-scale", repr(row["_scale"]), "--mode", "rocs", output]
     run = subprocess.run(command, capture_output=True, text=True)
     if run.returncode != 0:
         raise SystemExit(f"{' '.join(command)} failed:\n{run.stderr}")
     return run.stdout
 
 
-def run_rocs(binary, page_dir, row, offset, machines=None):
+def run_rocs(binary, page_dir, row, offset):
     """The run's `sim run --json` output."""
-    return json.loads(rocs_run(binary, page_dir, row, offset, machines, "--json"))
+    return json.loads(rocs_run(binary, page_dir, row, offset, "--json"))
 
 
 # How an attempt ended, from `--timeline`'s transitions out of Profile or Search: the
@@ -114,10 +82,10 @@ ENDINGS = (
 )
 
 
-def attempt_endings(binary, page_dir, row, offset, machines=None):
+def attempt_endings(binary, page_dir, row, offset):
     """How each of the run's attempts ended: (state left, ending) per transition out of
     Profile (but into Search) or Search, read from `--timeline`."""
-    out = rocs_run(binary, page_dir, row, offset, machines, "--timeline")
+    out = rocs_run(binary, page_dir, row, offset, "--timeline")
     endings = []
     for state, to, reason in re.findall(r"state +(profile|search) -> (\w+): ([^\n]*)", out):
         if to == "search":
@@ -127,11 +95,11 @@ def attempt_endings(binary, page_dir, row, offset, machines=None):
     return endings
 
 
-def largest_own_promise(binary, page_dir, row, offset, machines=None):
+def largest_own_promise(binary, page_dir, row, offset):
     """The largest promise (% of sampled LLC loads) of the run's searches for a target's
     own gain (those at least min_promise, 2% by default), read from `--timeline`'s
     "profile -> search" reasons; None if it made no such search."""
-    out = rocs_run(binary, page_dir, row, offset, machines, "--timeline")
+    out = rocs_run(binary, page_dir, row, offset, "--timeline")
     promises = [float(p) for p in re.findall(
         r"profile -> search: [^\n]*?; ([0-9.]+)% of the sampled LLC loads", out)]
     own = [p for p in promises if p >= 2.0]
@@ -178,9 +146,8 @@ def main():
                          "--timeline)")
     ap.add_argument("--runs", metavar="FILE", help="also write every run's speedup here")
     ap.add_argument("--cost-scale", default="1", metavar="F",
-                    help="run on copies of the built-in machines whose page migration and "
-                         "sample costs are F times theirs, or 'window': the page's runs at "
-                         "the window's costs (see above)")
+                    help="run with `sim run --cost-scale F`, or 'window': the page's runs "
+                         "at the window's costs (see above)")
     ap.add_argument("rocsctl", nargs="+")
     args = ap.parse_args()
     page = json.load(open(args.page))
@@ -207,17 +174,12 @@ def main():
             raise SystemExit(f"{args.page}: no run where the oracle gains "
                              f"{args.where_oracle_gains:.0%}; give a smaller --where-oracle-gains")
     page_dir = os.path.dirname(os.path.abspath(args.page))
-    machines = None
-    if any(r["_scale"] != 1.0 for r in rows):
-        scaled_dir = tempfile.TemporaryDirectory(prefix="rocs-cost-scale.")
-        machines = scaled_machines(((r["machine"], r["_scale"]) for r in rows),
-                                   scaled_dir.name)
     runs = open(args.runs, "w") if args.runs else None
     with ThreadPoolExecutor(args.jobs) as pool:
         for offset in args.offset or [0]:
             for binary in args.rocsctl:
                 results = list(pool.map(
-                    lambda r: run_rocs(binary, page_dir, r, offset, machines), rows))
+                    lambda r: run_rocs(binary, page_dir, r, offset), rows))
                 got = [r["speedup"] for r in results]
                 if runs:
                     for row, speedup, result in zip(rows, got, results):
@@ -236,7 +198,7 @@ def main():
                           f"median of it {statistics.median(of_oracle):.3f}, "
                           f"90th-percentile-worst {of_oracle[len(of_oracle) // 10]:.3f}"
                           ) if of_oracle else ""
-                scale = f" (costs x{args.cost_scale})" if machines else ""
+                scale = f" (costs x{args.cost_scale})" if args.cost_scale != "1" else ""
                 print(f"seed +{offset} {binary}{scale}: {len(got)} runs, "
                       f"{sum(s < 0.99 for s in got)} below 0.99, worst {min(got):.3f}, "
                       f"median {statistics.median(got):.4f}, geomean {geomean:.4f}{bound}"
@@ -253,7 +215,7 @@ def main():
                              and s / row["oracle_speedup"] < 0.95]
                     counts = {}
                     for endings in pool.map(lambda row: attempt_endings(
-                            binary, page_dir, row, offset, machines), short):
+                            binary, page_dir, row, offset), short):
                         for e in endings:
                             counts[e] = counts.get(e, 0) + 1
                     print(f"  attempts of the {len(short)} runs below 0.95 of the page's oracle "
@@ -263,7 +225,7 @@ def main():
                 if args.promises:
                     below = [row for row, r in zip(rows, results) if r["speedup"] < 0.99]
                     found = pool.map(lambda row: (row, largest_own_promise(
-                        binary, page_dir, row, offset, machines)), below)
+                        binary, page_dir, row, offset)), below)
                     pairs = [(p, row["oracle_speedup"] - 1) for row, p in found if p is not None]
                     if pairs:
                         over = sum(gain < p / 200 for p, gain in pairs)

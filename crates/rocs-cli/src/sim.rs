@@ -147,7 +147,9 @@ pub struct RunArgs {
     #[arg(long)]
     pub prefetch_on_while_profiling: bool,
     /// The machine with its costs of a page migration and a sample F times its own
-    /// (random.md's "cost scale": the costs a short simulated window stands for).
+    /// (random.md's "cost scale": the costs a short simulated window stands for); below
+    /// 1, rocs samples as rocsd does a window 1/F times as long (its sample period times
+    /// F, its CPU budget).
     #[arg(long, default_value_t = 1.0, value_name = "F")]
     pub cost_scale: f64,
     #[arg(long)]
@@ -590,7 +592,10 @@ fn rocs_machine<'a>(
 }
 
 fn run_workload(args: RunArgs) -> anyhow::Result<ExitCode> {
-    let cfg = args.closed_loop.config(args.mode)?;
+    let cfg = args
+        .closed_loop
+        .config(args.mode)?
+        .at_cost_scale(args.cost_scale);
     let profile = MachineSpec::resolve(&args.machine)?
         .with_costs_scaled(args.cost_scale)
         .context("--cost-scale")?;

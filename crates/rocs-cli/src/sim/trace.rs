@@ -88,7 +88,9 @@ struct TraceArgs {
     #[command(flatten)]
     closed_loop: LoopArgs,
     /// The machine with its costs of a page migration and a sample F times its own
-    /// (real.md's "costs" column: the costs a short simulated window stands for).
+    /// (real.md's "costs" column: the costs a short simulated window stands for); below
+    /// 1, rocs samples as rocsd does a window 1/F times as long (its sample period times
+    /// F, its CPU budget).
     #[arg(long, default_value_t = 1.0, value_name = "F")]
     cost_scale: f64,
     #[arg(long)]
@@ -229,7 +231,10 @@ fn replay_files(
                 args.mode.name()
             );
         }
-        let cfg = args.closed_loop.config(args.mode)?;
+        let cfg = args
+            .closed_loop
+            .config(args.mode)?
+            .at_cost_scale(args.cost_scale);
         let make = || -> Result<Machine, SimError> {
             Machine::from_traces(profile, files.iter().map(spec_of).collect(), args.seed)
         };

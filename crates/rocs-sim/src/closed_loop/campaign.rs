@@ -191,7 +191,7 @@ pub fn run_case_at(
     let start = Instant::now();
     let spec = case.machine.with_costs_scaled(cost_scale)?;
     let make = || Machine::new(&spec, &case.workload, case.seed);
-    let c = compare(&make, cfg, Modes::ALL, progress)?;
+    let c = compare(&make, &cfg.at_cost_scale(cost_scale), Modes::ALL, progress)?;
     let rocs = c.rocs.as_ref().expect("asked for rocs");
     let oracle = c.oracle.as_ref().expect("asked for the oracle");
     let tenant_speedups = tenant_speedups(&c.baseline.stats, &rocs.stats);
@@ -404,12 +404,14 @@ impl RandomCampaign {
             s,
             "Every case runs twice. Once at its machine's costs of a page move (2 µs) and a \
              sample; once with both times its window over rocsd's window on Linux \
-             ({window_ms:.0} ms at the machine's clock; the column \"cost scale\"). A \
-             simulated run is {} windows this short only so that it is quick: it stands \
-             for a program of as many windows of {window_ms:.0} ms, each making more \
-             accesses (here a median {} times as many, from {} to {} times) while a move \
-             still costs 2 µs. At the machine's costs every move and sample weighs that \
-             many times what it weighs for rocsd. The targets are judged at the \
+             ({window_ms:.0} ms at the machine's clock; the column \"cost scale\"), rocs \
+             sampling as rocsd does a window that long (its sample period times the cost \
+             scale, its CPU budget). A simulated run is {} windows this short only so that \
+             it is quick: it stands for a program of as many windows of {window_ms:.0} ms, \
+             each making more accesses (here a median {} times as many, from {} to {} \
+             times) while a move still costs 2 µs. At the machine's costs every move and \
+             sample weighs that many times what it weighs for rocsd, and rocs samples at \
+             the simulator's period and budget. The targets are judged at the \
              window's costs, with the machine's beside them; both are in every table and in \
              random.json.\n",
             self.windows_per_run,

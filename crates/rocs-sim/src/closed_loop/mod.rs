@@ -88,6 +88,26 @@ pub struct LoopConfig {
 }
 
 impl LoopConfig {
+    /// The configuration of a run at `cost_scale` times its machine's costs of a page move
+    /// and a sample. Below 1 the run stands for rocsd's window ([`window_cost_scale`]):
+    /// each simulated window for one making 1/`cost_scale` times the accesses, which
+    /// rocsd samples at its own period and CPU budget ([`Knobs::default`]). So the profile
+    /// samples every `cost_scale` times rocsd's period events, as many samples a window as
+    /// rocsd takes, and pays for them the share of a core rocsd does. With the
+    /// simulator's own period and budget ([`sim_knobs`]), made for windows as short as the
+    /// simulated ones, such a run sampled 5 to 50 times more sparsely than rocsd and paid
+    /// as many times less (NOTES.md, session 46).
+    pub fn at_cost_scale(&self, cost_scale: f64) -> LoopConfig {
+        let mut cfg = self.clone();
+        if cost_scale < 1.0 {
+            let rocsd = Knobs::default();
+            cfg.knobs.sample_period =
+                ((rocsd.sample_period as f64 * cost_scale).round() as u64).max(1);
+            cfg.knobs.sample_cpu_budget = rocsd.sample_cpu_budget;
+        }
+        cfg
+    }
+
     /// The controller window for a workload whose baseline run is `baseline`.
     pub fn window_for(&self, baseline: &BaselineRun) -> u64 {
         self.window_of(baseline.stats.cycles)
