@@ -40,11 +40,17 @@ enum Pattern {
     SweepBesideReuse,
     /// [`Pattern::StreamAndTwoReused`] whose 40 streaming pages sweep.
     SweepBesideTwoReused,
+    /// A loop over [`SLOW_LOOP_PAGES`] pages, every load a miss, whose samples reach 64 of
+    /// them a window: the profile sees each page again only after three windows.
+    SlowLoop,
     /// Random loads over 2048 pages, a third of them hits (what an LLC holding a third of
     /// the pages gives): each window's samples fall on pages a hash picks, about one page
     /// in three, so the region is cut into pieces wherever a few pages drew no sample.
     SparseRandom,
 }
+
+/// Pages [`Pattern::SlowLoop`] loops over.
+const SLOW_LOOP_PAGES: u64 = 3 * PAGES;
 
 /// Pages [`Pattern::SparseRandom`] spreads its loads over.
 const SPARSE_PAGES: u64 = 2048;
@@ -101,6 +107,7 @@ impl Sampler for Fake {
             let (page, miss) = match pattern {
                 Pattern::Stream => (i % PAGES, true),
                 Pattern::Sweep => (swept + i % PAGES, true),
+                Pattern::SlowLoop => ((self.windows * PAGES + i % PAGES) % SLOW_LOOP_PAGES, true),
                 Pattern::Uniform => (i % PAGES, (i / PAGES).is_multiple_of(2)),
                 Pattern::StreamAndReuse => {
                     let page = i % PAGES;
@@ -470,7 +477,9 @@ fn a_profile_window_slower_only_within_the_targets_scatter_does_not_end_the_prof
 fn a_profile_that_promises_nothing_ends_at_its_minimum() {
     // A sweep with no reused data finds new pages every window, and every one of them
     // only misses: more of them cannot make a pollute buffer worth anything, so the
-    // profile stops paying for samples at its minimum length.
+    // profile stops paying for samples at its minimum length. (With the LLC's size known,
+    // it may go on to tell a sweep from a slow loop: see
+    // `a_profile_alone_goes_on_to_see_a_slow_loop_again_while_the_budget_affords_it`.)
     let knobs = Knobs {
         profile_windows: 2,
         profile_max_windows: 8,
@@ -599,6 +608,41 @@ fn a_loop_larger_than_the_cache_promises_what_a_stream_does_not() {
     assert!(!searched(&events[&1]), "{:?}", events[&1]);
     assert_eq!(fake.moved.get(&1), None);
     assert!(said_nothing_to_win(&events[&1]), "{:?}", events[&1]);
+}
+
+#[test]
+fn a_profile_alone_goes_on_to_see_a_slow_loop_again_while_the_budget_affords_it() {
+    // 192 pages that miss on every load, on an LLC of 16 pages, 64 of them sampled a
+    // window: after its minimum of two windows the profile has seen each page at most once,
+    // as it would a stream, and promises nothing. Given an overhead budget that pays for
+    // its windows, it goes on until the pages come round again and are a loop, and the
+    // target searches; given none, it ends at two windows with nothing to win.
+    let llc = CacheGeometry::from_size(16 << SHIFT, 64, 1, 1, 1 << SHIFT).expect("valid");
+    let with_budget = |overhead_budget| Knobs {
+        profile_windows: 2,
+        profile_max_windows: 8,
+        overhead_budget,
+        ..knobs()
+    };
+    let (fake, events) = run_on(
+        Some(&llc),
+        &[(1, Pattern::SlowLoop)],
+        30,
+        with_budget(0.05),
+        |_, _| 0.5,
+    );
+    assert!(searched(&events[&1]), "{:?}", events[&1]);
+    assert!(fake.sampled_windows[&1] > 6, "{:?}", fake.sampled_windows);
+    let (fake, events) = run_on(
+        Some(&llc),
+        &[(1, Pattern::SlowLoop)],
+        30,
+        with_budget(0.001),
+        |_, _| 0.5,
+    );
+    assert!(!searched(&events[&1]), "{:?}", events[&1]);
+    assert!(said_nothing_to_win(&events[&1]), "{:?}", events[&1]);
+    assert_eq!(fake.sampled_windows[&1], 2, "{:?}", fake.sampled_windows);
 }
 
 #[test]

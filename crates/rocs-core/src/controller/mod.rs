@@ -608,9 +608,21 @@ impl Controller {
             return;
         }
         let too_costly = self.profiling_costs_too_much(windows);
+        // A profile that promises nothing ends at its minimum length: more samples of a
+        // stream do not make it reused. But a loop over more than the cache holds misses
+        // on every load, as a stream does, until the profile has seen it loaded again
+        // (NOTES session 45): alone on an LLC of known size (where loops count, see
+        // `promise_of`), such a profile goes on while the overhead budget affords another
+        // window.
+        let nothing_yet = windows >= min_windows && self.promises_nothing(context);
+        let may_find_a_loop = nothing_yet
+            && self.sharers_now.is_empty()
+            && self.llc_room_pages > 0
+            && self.affords(spent * f64::from(windows + 1) / f64::from(windows));
         if windows >= max_windows
             || too_costly
-            || (windows >= min_windows && (saturated || self.promises_nothing(context)))
+            || (windows >= min_windows && saturated && !may_find_a_loop)
+            || (nothing_yet && !may_find_a_loop)
         {
             // Ended on its cost while each window still found many new pages: a sweep it
             // has not seen whole. A search that cannot afford to look further may take the
