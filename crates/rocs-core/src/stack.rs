@@ -98,6 +98,24 @@ impl MissRateStack {
         MissRateStack { entries }
     }
 
+    /// How many of the top pages could pay to confine: the most whose sampled LLC hits
+    /// add up to no more than the whole stack's sampled misses. Confined, a page that hits
+    /// loses its hits once the small pollute buffer is full, and no placement turns more
+    /// misses into hits than the stack has, so a deeper placement costs more than it can
+    /// win (random.md's run 5: the last 65 of its 408 pages hit on seven loads in eight,
+    /// and a probe that confined them slowed its target 80% for three windows).
+    pub fn worth_confining(&self) -> usize {
+        let misses: u64 = self.entries.iter().map(|e| e.misses).sum();
+        let mut hits = 0;
+        self.entries
+            .iter()
+            .position(|e| {
+                hits += e.hits;
+                hits > misses
+            })
+            .unwrap_or(self.entries.len())
+    }
+
     /// Region boundaries in stack order: the positions where the miss rate changes (pages
     /// of one merged region share theirs).
     pub fn boundaries(&self) -> Vec<usize> {

@@ -639,6 +639,26 @@ mod tests {
     }
 
     #[test]
+    fn a_last_region_of_most_of_the_stack_is_entered_by_doubling() {
+        // One region boundary, at 60 of 1000 pages; the last region a stream over its first
+        // 150 pages above reused data (random.md's run 87: a stream and a pointer chase
+        // merged into one region, the oracle's best k 13 of 122): the pass doubles into
+        // the region from its boundary, finds the gain, and never probes the whole stack.
+        let knobs = Knobs::default();
+        let curve = |k: usize| {
+            if k <= 210 {
+                1.0 + k as f64 * 5e-4
+            } else {
+                1.105 - (k - 210) as f64 * 2e-3
+            }
+        };
+        let (k, probed) = run_logged(Search::new(&knobs, 1000, vec![60]), |k, _| curve(k));
+        assert!(probed.contains(&120), "probed {probed:?}");
+        assert!(!probed.contains(&1000), "probed {probed:?}");
+        assert!((120..=240).contains(&k), "chose {k}, probed {probed:?}");
+    }
+
+    #[test]
     fn a_first_region_that_takes_windows_to_move_is_probed_at_an_eighth_first() {
         // 100 pages a window: the first region (800 pages) would take 8 windows to move
         // there and 8 back: the first probe is the stack's eighth, at most a window's moves.
