@@ -179,7 +179,9 @@ fn phased() -> (RunStats, RocsRun) {
 fn the_phased_workload_reprofiles_after_each_phase_change() {
     let (_, run) = phased();
     // Two repetitions of two phases: three changes. The first streaming phase confines its
-    // stream; the scratch phase after it has nothing to gain.
+    // stream; the scratch phase after it gains little: at most a few of its pages in the
+    // pollute colours, idle while the stream does not run (the oracle's best, 8-14 of its
+    // 145 pages).
     let summary: Vec<_> = run
         .profile_points
         .iter()
@@ -189,7 +191,10 @@ fn the_phased_workload_reprofiles_after_each_phase_change() {
     assert!(run.profiles >= 3, "{summary:?}");
     let first = run.profile_points[0].chosen_k.unwrap_or(0);
     assert!(first > 0, "{summary:?}");
-    assert_eq!(run.profile_points[1].chosen_k, Some(0), "{summary:?}");
+    assert!(
+        run.profile_points[1].chosen_k.is_some_and(|k| k <= 14),
+        "{summary:?}"
+    );
     // The second streaming phase finds its stream still confined (the scratch phase never
     // touched it): its reused data hits, so its profile promises nothing more and no
     // search moves a page; the stream stays confined to the end.
@@ -202,10 +207,10 @@ fn the_phased_workload_reprofiles_after_each_phase_change() {
 }
 
 #[test]
-#[ignore = "issue 12: rocs reaches 0.905 of the oracle here (1.144 against 1.264): the \
-            scratch phases' best k (8-14 of 145 pages: the pollute colours lie idle while \
-            the stream confined there does not run, and a few scratch pages confined there \
-            use them) lies below the coarse pass's first point (19); run with --ignored"]
+#[ignore = "issue 12: rocs reaches 0.927 of the oracle here (1.172 against 1.264), its \
+            searches 71 windows (the scratch phases' best k, 8-14 of 145 pages, found in \
+            26 windows each: the pollute colours lie idle while the stream confined there \
+            does not run, and a few scratch pages use them); run with --ignored"]
 fn the_phased_workload_reaches_the_oracle() {
     let (base, run) = phased();
     // Within 5% of the offline best. The oracle takes minutes on this workload (one run
