@@ -1166,9 +1166,9 @@ impl Controller {
 
     /// A search of the top of the stack worth confining
     /// ([`crate::MissRateStack::worth_confining`]) over its region boundaries and, for a
-    /// target alone on its
-    /// LLC whose stack holds more pages than [`FIT_SHARE`] of the LLC's room outside the
-    /// pollute buffer, the fit point: the `k` that leaves that many unconfined.
+    /// target alone on its LLC whose stack holds more pages than [`FIT_SHARE`] of the
+    /// LLC's room outside the pollute buffer, the fit point: the `k` that leaves that many
+    /// unconfined.
     /// A loop over more data than the cache holds misses on every pass; confined in part,
     /// the rest fits and hits, and the best `k` lies inside its region, where no boundary
     /// is (random run 117: boundaries at 8 and 119 of 132 pages, the oracle's best k 47).

@@ -95,8 +95,9 @@ impl LoopConfig {
     /// samples every `cost_scale` times rocsd's period events, as many samples a window as
     /// rocsd takes, and pays for them the share of a core rocsd does. With the
     /// simulator's own period and budget ([`sim_knobs`]), made for windows as short as the
-    /// simulated ones, such a run sampled 5 to 50 times more sparsely than rocsd and paid
-    /// as many times less (NOTES.md, session 46).
+    /// simulated ones, such a run sampled 2000 x `cost_scale` / 100 times as densely as
+    /// rocsd (on random.md a median 1/17, from 1/100 to about as densely) and paid as
+    /// many times less (NOTES.md, session 46).
     pub fn at_cost_scale(&self, cost_scale: f64) -> LoopConfig {
         let mut cfg = self.clone();
         if cost_scale < 1.0 {
