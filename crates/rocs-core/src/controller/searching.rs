@@ -1165,10 +1165,10 @@ impl Controller {
     }
 
     /// A search of the top of the stack worth confining
-    /// ([`crate::MissRateStack::worth_confining`]) over its region boundaries and, for a
-    /// target alone on its LLC whose stack holds more pages than [`FIT_SHARE`] of the
-    /// LLC's room outside the pollute buffer, the fit point: the `k` that leaves that many
-    /// unconfined.
+    /// ([`crate::MissRateStack::worth_confining`]; linear search: the whole stack) over its
+    /// region boundaries and, for a target alone on its LLC whose stack holds more pages
+    /// than [`FIT_SHARE`] of the LLC's room outside the pollute buffer, the fit point: the
+    /// `k` that leaves that many unconfined.
     /// A loop over more data than the cache holds misses on every pass; confined in part,
     /// the rest fits and hits, and the best `k` lies inside its region, where no boundary
     /// is (random run 117: boundaries at 8 and 119 of 132 pages, the oracle's best k 47).
@@ -1176,7 +1176,11 @@ impl Controller {
     /// part of the search, and 24 more shared runs of random.md left a tenant below 0.95
     /// of its speed (NOTES session 26).
     fn new_search(&self) -> Search {
-        let worth = self.build.stack.worth_confining();
+        // Linear search is Algorithm 1 as the paper has it: down the whole stack.
+        let worth = match self.knobs.search {
+            SearchMode::Adaptive => self.build.stack.worth_confining(),
+            SearchMode::Linear => self.build.stack.len(),
+        };
         let boundaries = self
             .build
             .stack
