@@ -495,11 +495,12 @@ impl RealSuite {
             s += "Every case runs twice, as in random.md: at its machine's costs of a page \
                   move and a sample, and with both times its window over rocsd's window on \
                   Linux (100 ms at the machine's clock; the column \"costs\" gives the \
-                  factor). A trace is replayed in as many windows as a long program runs, \
-                  each far shorter than rocsd's, so at the machine's costs every move and \
-                  sample weighs that many times what it weighs for rocsd. The page judges \
-                  at the window's costs, with the machine's beside them in every table and \
-                  chart and in real.json.\n\n";
+                  factor), rocs sampling there as rocsd does a window that long (its \
+                  sample period times the factor, its CPU budget). A trace is replayed in \
+                  as many windows as a long program runs, each far shorter than rocsd's, \
+                  so at the machine's costs every move and sample weighs that many times \
+                  what it weighs for rocsd. The page judges at the window's costs, with \
+                  the machine's beside them in every table and chart and in real.json.\n\n";
         }
         s += &self.traces_section();
         let both = self.at_both_costs();
