@@ -592,12 +592,10 @@ fn rocs_machine<'a>(
 }
 
 fn run_workload(args: RunArgs) -> anyhow::Result<ExitCode> {
-    let cfg = args
+    let (profile, cfg) = args
         .closed_loop
         .config(args.mode)?
-        .at_cost_scale(args.cost_scale);
-    let profile = MachineSpec::resolve(&args.machine)?
-        .with_costs_scaled(args.cost_scale)
+        .at_cost_scale(&MachineSpec::resolve(&args.machine)?, args.cost_scale)
         .context("--cost-scale")?;
     let workload = args
         .scale

@@ -41,17 +41,34 @@ fn run_at_window_costs(
     let base = run_baseline(&make).unwrap();
     let window = cfg.window_for(&base);
     let scale = window_cost_scale(spec, window);
-    let scaled = spec.with_costs_scaled(scale).unwrap();
-    let knobs = cfg.at_cost_scale(scale).knobs;
-    let rocs = run_rocs(&|| Machine::new(&scaled, workload, seed), &knobs, window).unwrap();
+    let (scaled, cfg) = cfg.at_cost_scale(spec, scale).unwrap();
+    let rocs = run_rocs(
+        &|| Machine::new(&scaled, workload, seed),
+        &cfg.knobs,
+        window,
+    )
+    .unwrap();
     (base, rocs, scale)
+}
+
+fn speedup(base: &BaselineRun, rocs: &RocsRun) -> f64 {
+    base.stats.cycles as f64 / rocs.stats.cycles as f64
+}
+
+/// The speedup of the workload generated for `tiny` from `workload_seed`, run with `seed`
+/// at the window's costs, and the pages rocs confined.
+fn tiny_speedup(workload_seed: u64, seed: u64) -> (f64, usize) {
+    let spec = MachineSpec::resolve("tiny").unwrap();
+    let w = random_workload(workload_seed, &spec, DEFAULT_ACCESSES_PER_LLC_LINE);
+    let (base, rocs, _) = run_at_window_costs(&spec, &w, seed);
+    (speedup(&base, &rocs), rocs.pages_confined)
 }
 
 /// What went wrong with `seed`'s workload, if anything.
 fn check(spec: &MachineSpec, seed: u64) -> Option<String> {
     let w = random_workload(seed, spec, DEFAULT_ACCESSES_PER_LLC_LINE);
     let (base, rocs, scale) = run_at_window_costs(spec, &w, seed);
-    let speedup = base.stats.cycles as f64 / rocs.stats.cycles as f64;
+    let speedup = speedup(&base, &rocs);
     let mut wrong = Vec::new();
     if speedup < 0.99 {
         wrong.push(format!("speedup {speedup:.3} < 0.99"));
@@ -120,14 +137,10 @@ fn rocs_never_loses_on_fresh_generated_workloads() {
 /// confined nothing (0.998 of off, where its oracle gains 19%).
 #[test]
 fn at_the_windows_costs_rocs_samples_as_densely_as_rocsd() {
-    let spec = MachineSpec::resolve("tiny").unwrap();
-    let w = random_workload(0xa57c_8b9c_03eb_78f0, &spec, DEFAULT_ACCESSES_PER_LLC_LINE);
-    let (base, rocs, _) = run_at_window_costs(&spec, &w, 11_924_559_415_567_153_392);
-    let speedup = base.stats.cycles as f64 / rocs.stats.cycles as f64;
+    let (speedup, confined) = tiny_speedup(0xa57c_8b9c_03eb_78f0, 11_924_559_415_567_153_392);
     assert!(
         speedup > 1.1,
-        "speedup {speedup:.3} with {} pages confined",
-        rocs.pages_confined
+        "speedup {speedup:.3} with {confined} pages confined"
     );
 }
 
@@ -137,13 +150,9 @@ fn at_the_windows_costs_rocs_samples_as_densely_as_rocsd() {
 /// (1.000 of off, where its oracle gains 34%).
 #[test]
 fn a_program_whose_llc_serves_most_loads_but_misses_often_is_searched() {
-    let spec = MachineSpec::resolve("tiny").unwrap();
-    let w = random_workload(0xfb56_52f6_10be_4a8c, &spec, DEFAULT_ACCESSES_PER_LLC_LINE);
-    let (base, rocs, _) = run_at_window_costs(&spec, &w, 18_110_754_168_313_367_180);
-    let speedup = base.stats.cycles as f64 / rocs.stats.cycles as f64;
+    let (speedup, confined) = tiny_speedup(0xfb56_52f6_10be_4a8c, 18_110_754_168_313_367_180);
     assert!(
         speedup > 1.15,
-        "speedup {speedup:.3} with {} pages confined",
-        rocs.pages_confined
+        "speedup {speedup:.3} with {confined} pages confined"
     );
 }

@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use anyhow::Context;
 use clap::{Args, Subcommand, ValueEnum};
-use rocs_sim::closed_loop;
+use rocs_sim::closed_loop::{self, LoopConfig};
 use rocs_sim::trace::TraceFormat;
 use rocs_sim::{BinaryWriter, Machine, MachineSpec, SimError, TraceInput, TraceReader, TraceSpec};
 
@@ -171,9 +171,10 @@ fn write_binary(reader: &mut TraceReader, path: &Path) -> anyhow::Result<(u64, u
 
 fn replay(args: TraceArgs) -> anyhow::Result<ExitCode> {
     // Every option is checked before a program is traced.
-    args.closed_loop.config(args.mode)?;
-    let profile = MachineSpec::resolve(&args.machine)?
-        .with_costs_scaled(args.cost_scale)
+    let (profile, cfg) = args
+        .closed_loop
+        .config(args.mode)?
+        .at_cost_scale(&MachineSpec::resolve(&args.machine)?, args.cost_scale)
         .context("--cost-scale")?;
     if args.record {
         let Some(save) = &args.save else {
@@ -193,14 +194,15 @@ fn replay(args: TraceArgs) -> anyhow::Result<ExitCode> {
             "saved {events} events in {} ({bytes} bytes)",
             save.display()
         );
-        return replay_files(&args, &profile, &[save.display().to_string()]);
+        return replay_files(&args, &profile, &cfg, &[save.display().to_string()]);
     }
-    replay_files(&args, &profile, &args.files)
+    replay_files(&args, &profile, &cfg, &args.files)
 }
 
 fn replay_files(
     args: &TraceArgs,
     profile: &MachineSpec,
+    cfg: &LoopConfig,
     files: &[String],
 ) -> anyhow::Result<ExitCode> {
     let format = if args.record {
@@ -231,16 +233,12 @@ fn replay_files(
                 args.mode.name()
             );
         }
-        let cfg = args
-            .closed_loop
-            .config(args.mode)?
-            .at_cost_scale(args.cost_scale);
         let make = || -> Result<Machine, SimError> {
             Machine::from_traces(profile, files.iter().map(spec_of).collect(), args.seed)
         };
         let name = make()?.workload_name().to_string();
         let steps = Steps::new(None);
-        let c = closed_loop::compare(&make, &cfg, modes_of(args.mode), &mut |what: &str| {
+        let c = closed_loop::compare(&make, cfg, modes_of(args.mode), &mut |what: &str| {
             steps.step(&format!("{name}: {what}"))
         })
         .with_context(|| format!("replaying {name} in mode {}", args.mode.name()));

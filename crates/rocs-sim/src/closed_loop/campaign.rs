@@ -189,9 +189,9 @@ pub fn run_case_at(
     progress: &mut dyn FnMut(&str),
 ) -> Result<RandomRow, LoopError> {
     let start = Instant::now();
-    let spec = case.machine.with_costs_scaled(cost_scale)?;
+    let (spec, cfg) = cfg.at_cost_scale(&case.machine, cost_scale)?;
     let make = || Machine::new(&spec, &case.workload, case.seed);
-    let c = compare(&make, &cfg.at_cost_scale(cost_scale), Modes::ALL, progress)?;
+    let c = compare(&make, &cfg, Modes::ALL, progress)?;
     let rocs = c.rocs.as_ref().expect("asked for rocs");
     let oracle = c.oracle.as_ref().expect("asked for the oracle");
     let tenant_speedups = tenant_speedups(&c.baseline.stats, &rocs.stats);

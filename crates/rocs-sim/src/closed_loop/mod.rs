@@ -44,7 +44,7 @@ pub use rival::{run_cat, CatRun};
 use serde::Serialize;
 use thiserror::Error;
 
-use crate::{Machine, RunStats, SimError};
+use crate::{Machine, MachineSpec, RunStats, SimError};
 
 /// Why a closed-loop run failed.
 #[derive(Debug, Error)]
@@ -98,7 +98,15 @@ impl LoopConfig {
     /// simulated ones, such a run sampled 2000 x `cost_scale` / 100 times as densely as
     /// rocsd (on random.md a median 1/17, from 1/100 to about as densely) and paid as
     /// many times less (NOTES.md, session 46).
-    pub fn at_cost_scale(&self, cost_scale: f64) -> LoopConfig {
+    ///
+    /// Returns the machine at those costs ([`MachineSpec::with_costs_scaled`]) with the
+    /// configuration: the two always go together.
+    pub fn at_cost_scale(
+        &self,
+        spec: &MachineSpec,
+        cost_scale: f64,
+    ) -> Result<(MachineSpec, LoopConfig), SimError> {
+        let spec = spec.with_costs_scaled(cost_scale)?;
         let mut cfg = self.clone();
         if cost_scale < 1.0 {
             let rocsd = Knobs::default();
@@ -106,7 +114,7 @@ impl LoopConfig {
                 ((rocsd.sample_period as f64 * cost_scale).round() as u64).max(1);
             cfg.knobs.sample_cpu_budget = rocsd.sample_cpu_budget;
         }
-        cfg
+        Ok((spec, cfg))
     }
 
     /// The controller window for a workload whose baseline run is `baseline`.

@@ -288,7 +288,7 @@ fn run_real_at(
     seed: u64,
     progress: &mut dyn FnMut(&str),
 ) -> Result<(RealRow, u64), LoopError> {
-    let spec = spec.with_costs_scaled(cost_scale)?;
+    let (spec, cfg) = cfg.at_cost_scale(spec, cost_scale)?;
     let mut row = RealRow {
         machine: spec.name.clone(),
         case: case.name.clone(),
@@ -311,7 +311,7 @@ fn run_real_at(
         return Ok((row, 0));
     }
     let make = || machine_for(case, &spec, seed);
-    let c = compare(&make, &cfg.at_cost_scale(cost_scale), Modes::ALL, progress)?;
+    let c = compare(&make, &cfg, Modes::ALL, progress)?;
     let rocs = c.rocs.as_ref().expect("asked for rocs");
     let oracle = c.oracle.as_ref().expect("asked for the oracle");
     row.baseline_mpki = c.baseline.stats.llc_mpki();
