@@ -28,8 +28,9 @@ fixed costs of rocs, a page migration and a sample, F times their own, and below
 sampling as rocsd does a window 1/F times as long. A campaign's run lasts 200 controller
 windows of a few hundred thousand cycles, where rocsd's window on Linux is 100 ms
 (hundreds of millions of cycles): a run stands for a program of about 20 seconds whose
-every fixed cost is paid hundreds of times over in proportion. F = 0.1 or 0.01 asks what the campaign's losses
-would be if those costs were in the proportion they have to a real window. --cost-scale
+every fixed cost is paid hundreds of times over in proportion. F = 0.1 or 0.01 asks what
+the campaign's losses would be if those costs were in the proportion they have to a real
+window. --cost-scale
 window replays the page's runs at the window's costs (its `rows_at_window_costs`, each at
 its own "cost scale", as random.md judges its targets) and judges them against the
 oracle of those runs.
