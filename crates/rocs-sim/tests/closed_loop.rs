@@ -277,15 +277,11 @@ fn noisy_neighbour_tenants_take_turns_and_reach_the_oracle() {
     let c = with_oracle(&machine, &w, 1, 4);
     let rocs = c.rocs.as_ref().unwrap();
     let oracle = c.oracle.as_ref().unwrap();
-    let fraction = c.fraction_of_oracle.unwrap();
-    eprintln!(
-        "noisy-neighbour: rocs {:.3}, oracle {:.3} (k {:?}), {fraction:.3} of oracle, {} search windows",
-        c.speedup.unwrap(),
-        c.oracle_speedup.unwrap(),
-        oracle.ks,
-        rocs.search_windows
+    assert!(
+        c.oracle_speedup.unwrap() >= 1.05,
+        "the oracle gains: {:.3}",
+        c.oracle_speedup.unwrap()
     );
-    assert!(c.oracle_speedup.unwrap() >= 1.05, "the oracle gains");
     // The neighbour's own IPC does not gain from confining its stream: only the group's
     // score shows the victim's gain.
     let pids: Vec<_> = rocs.profile_points.iter().map(|p| p.pid).collect();
@@ -305,6 +301,14 @@ fn noisy_neighbour_tenants_take_turns_and_reach_the_oracle() {
         .min()
         .unwrap();
     let of_neighbours_oracle = best_for_neighbour as f64 / rocs.stats.cycles as f64;
+    eprintln!(
+        "noisy-neighbour: rocs {:.3}, oracle {:.3} (k {:?}), {of_neighbours_oracle:.3} of the \
+         oracle's best for the neighbour's profile, {} search windows",
+        c.speedup.unwrap(),
+        c.oracle_speedup.unwrap(),
+        oracle.ks,
+        rocs.search_windows
+    );
     assert!(
         of_neighbours_oracle >= 0.95,
         "fraction of the oracle for the neighbour's profile {of_neighbours_oracle:.3}"

@@ -68,10 +68,10 @@ fn tiny_speedup(workload_seed: u64, seed: u64) -> (f64, usize) {
 fn check(spec: &MachineSpec, seed: u64) -> Option<String> {
     let w = random_workload(seed, spec, DEFAULT_ACCESSES_PER_LLC_LINE);
     let (base, rocs, scale) = run_at_window_costs(spec, &w, seed);
-    let speedup = speedup(&base, &rocs);
+    let run_speedup = speedup(&base, &rocs);
     let mut wrong = Vec::new();
-    if speedup < 0.99 {
-        wrong.push(format!("speedup {speedup:.3} < 0.99"));
+    if run_speedup < 0.99 {
+        wrong.push(format!("speedup {run_speedup:.3} < 0.99"));
     }
     if w.processes.len() > 1 {
         for b in &base.stats.processes {
@@ -88,7 +88,7 @@ fn check(spec: &MachineSpec, seed: u64) -> Option<String> {
         }
     }
     eprintln!(
-        "seed {seed:#x}: {} tenants, speedup {speedup:.3}, {} pages confined",
+        "seed {seed:#x}: {} tenants, speedup {run_speedup:.3}, {} pages confined",
         w.processes.len(),
         rocs.pages_confined
     );
