@@ -26,7 +26,15 @@ fn toucher(delay_s: u32, mib: u32) -> Child {
 
 /// A sampler of every page fault of `pid`, started, within `cpu_budget` of a core.
 fn sample_page_faults(pid: u32, cpu_budget: f64) -> LinuxSampler {
-    let mut sampler = LinuxSampler::new(software_page_fault_plan());
+    sample_page_faults_with(
+        LinuxSampler::new(software_page_fault_plan()),
+        pid,
+        cpu_budget,
+    )
+}
+
+/// [`sample_page_faults`] with a sampler set up beforehand (its rings' size).
+fn sample_page_faults_with(mut sampler: LinuxSampler, pid: u32, cpu_budget: f64) -> LinuxSampler {
     let plan = SamplingPlan {
         period: 1,
         cpu_budget,
@@ -251,7 +259,13 @@ fn threads_are_counted_once_even_when_created_while_attaching() {
         })
     };
     std::thread::sleep(Duration::from_millis(50));
-    let mut sampler = sample_page_faults(me, 1.0);
+    // The whole test process is sampled, the other tests' threads too, and on a loaded
+    // machine this loop may not run for a while: with the default rings (512 KiB a CPU)
+    // CI beside an evaluation lost 829 of 41,516 samples, and a page lost cannot be told
+    // from one never counted. Rings of 4 MiB a CPU hold every fault of the test.
+    let mut rings = LinuxSampler::new(software_page_fault_plan());
+    rings.set_ring_pages(1024);
+    let mut sampler = sample_page_faults_with(rings, me, 1.0);
     started.store(true, Ordering::SeqCst);
     let mut samples = Vec::new();
     while !spawner.is_finished() {
