@@ -257,7 +257,8 @@ impl GenProc {
         let page_mask = (1u64 << page_shift) - 1;
         // The clock, the instruction count and the random generator live in locals while
         // the loop runs (registers, not stores to `st` on every access), and go back to
-        // `st` when it stops and around the PMU's sample, which reads them.
+        // `st` when it stops; the clock and the count also around the PMU's sample, which
+        // reads them (the sampler draws from its own generator).
         let mut clock_fp = st.clock_fp;
         let mut instr_fp = st.instr_fp;
         let mut rng = st.rng.clone();
@@ -318,10 +319,8 @@ impl GenProc {
                 if served >= Served::Llc && !is_write && st.pmu.enabled {
                     st.clock_fp = clock_fp;
                     st.instr_fp = instr_fp;
-                    st.rng = rng;
                     st.pmu_event(t, vaddr, Some(paddr), served, latency);
                     clock_fp = st.clock_fp;
-                    rng = st.rng.clone();
                 }
             }
             self.left = left;

@@ -159,6 +159,8 @@ impl Machine {
     fn new_state(&self, i: usize) -> ProcState {
         let p = &self.spec;
         let mut s = self.seed ^ (i as u64).wrapping_mul(0xA076_1D64_78BD_642F);
+        let program_rng = Rng::new(splitmix64(&mut s));
+        let sampler_rng = Rng::new(splitmix64(&mut s));
         ProcState {
             pid: FIRST_PID + i as Pid,
             core: Core {
@@ -172,7 +174,7 @@ impl Machine {
             instr_fp: 0,
             c: Counts::default(),
             finished: false,
-            rng: Rng::new(splitmix64(&mut s)),
+            rng: program_rng,
             pmu: Pmu {
                 enabled: false,
                 period: 1,
@@ -186,6 +188,7 @@ impl Machine {
                 window_start_fp: 0,
                 window_overhead: 0,
                 window_samples: 0,
+                rng: sampler_rng,
             },
             last_read: Snapshot::default(),
         }

@@ -31,6 +31,12 @@ pub(super) struct Pmu {
     pub(super) window_start_fp: u64,
     pub(super) window_overhead: u64,
     pub(super) window_samples: u64,
+    /// The sampler's own random numbers (its period's jitter). The program's accesses
+    /// draw from the process's generator: were a sample's jitter drawn from it too,
+    /// profiling would change which regions and offsets the program touches from then on,
+    /// and a run that moved no page would differ from its baseline in more than the
+    /// samples' cost.
+    pub(super) rng: Rng,
 }
 
 #[derive(Clone, Copy, Default)]
@@ -56,7 +62,7 @@ impl ProcState {
         if self.pmu.countdown > 0 {
             return;
         }
-        self.pmu.countdown = jittered(self.pmu.period, t.jitter, &mut self.rng);
+        self.pmu.countdown = jittered(self.pmu.period, t.jitter, &mut self.pmu.rng);
         self.c.samples += 1;
         self.c.sampling_overhead_cycles += t.sample_cost;
         self.pmu.window_overhead += t.sample_cost;
@@ -132,7 +138,7 @@ impl Sampler for Machine {
         st.pmu.period = plan.period;
         st.pmu.requested = plan.period;
         st.pmu.budget = plan.cpu_budget;
-        st.pmu.countdown = jittered(plan.period, self.timing.jitter, &mut st.rng);
+        st.pmu.countdown = jittered(plan.period, self.timing.jitter, &mut st.pmu.rng);
         st.pmu.window_start_fp = st.clock_fp;
         st.pmu.window_overhead = 0;
         st.pmu.window_samples = 0;
