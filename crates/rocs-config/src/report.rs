@@ -148,8 +148,9 @@ pub fn migration_error(errno: Errno) -> String {
     let name = nix::errno::Errno::from_raw(errno.0);
     let why = match name {
         nix::errno::Errno::EFAULT => {
-            "nothing is mapped at those addresses any more (the program unmapped or shrank \
-             that memory since it was sampled); they are not tried again until the next \
+            "nothing is mapped at those addresses: the program unmapped or shrank that \
+             memory since it was sampled, or the profile took an unsampled hole between \
+             two mappings for part of a region; they are not tried again until the next \
              profile, nothing to do"
         }
         nix::errno::Errno::ENOENT => {
