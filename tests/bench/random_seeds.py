@@ -35,6 +35,14 @@ window replays the page's runs at the window's costs (its `rows_at_window_costs`
 its own "cost scale", as random.md judges its targets) and judges them against the
 oracle of those runs.
 
+--length F runs every program F times as long (`sim run --scale F`): its 200 windows are
+each F times as long, so they hold F times as many passes over its data, as a window of
+rocsd's holds hundreds of times more; at the window's costs each run's cost scale is F
+times the page's. --oracle runs the oracle again with each run (`--mode all`, the page's
+--oracle-grid) and judges the fraction of the oracle against it, not the page's (needed
+with --length: a longer run's oracle differs). --tenants N keeps only the runs with N
+tenants.
+
     tests/bench/random_seeds.py --page docs/evaluation/random.json --offset 1 --offset 2 \\
         OLD_ROCSCTL NEW_ROCSCTL
 """
@@ -48,22 +56,26 @@ import statistics
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
-def rocs_run(binary, page_dir, row, offset, output):
-    """The standard output of the run in rocs mode at its costs ("_scale"), with `output`
-    (`--json` or `--timeline`)."""
+def rocs_run(binary, page_dir, row, offset, output, oracle_grid=None):
+    """The standard output of the run in rocs mode at its costs ("_scale") and length
+    ("_length"), with `output` (`--json` or `--timeline`); with `oracle_grid`, the oracle's
+    runs too."""
+    mode = ["--mode", "rocs"] if oracle_grid is None else [
+        "--mode", "all", "--oracle-grid", str(oracle_grid)]
     command = [binary, "sim", "run", "--workload",
                os.path.join(page_dir, "random", row["workload"] + ".toml"),
                "--machine", row["machine"], "--seed", str((row["seed"] + offset) % 2**64),
-               "--cost-scale", repr(row["_scale"]), "--mode", "rocs", output]
+               "--cost-scale", repr(row["_scale"]), "--scale", repr(row["_length"]),
+               *mode, output]
     run = subprocess.run(command, capture_output=True, text=True)
     if run.returncode != 0:
         raise SystemExit(f"{' '.join(command)} failed:\n{run.stderr}")
     return run.stdout
 
 
-def run_rocs(binary, page_dir, row, offset):
+def run_rocs(binary, page_dir, row, offset, oracle_grid=None):
     """The run's `sim run --json` output."""
-    return json.loads(rocs_run(binary, page_dir, row, offset, "--json"))
+    return json.loads(rocs_run(binary, page_dir, row, offset, "--json", oracle_grid))
 
 
 # How an attempt ended, from `--timeline`'s transitions out of Profile or Search: the
@@ -149,8 +161,16 @@ def main():
     ap.add_argument("--cost-scale", default="1", metavar="F",
                     help="run with `sim run --cost-scale F`, or 'window': the page's runs "
                          "at the window's costs (see above)")
+    ap.add_argument("--length", type=float, default=1.0, metavar="F",
+                    help="run every program F times as long, its windows F times as long "
+                         "(see above)")
+    ap.add_argument("--oracle", action="store_true",
+                    help="run the oracle again with each run and judge against it")
+    ap.add_argument("--tenants", type=int, metavar="N", help="only the runs with N tenants")
     ap.add_argument("rocsctl", nargs="+")
     args = ap.parse_args()
+    if not (args.length > 0 and math.isfinite(args.length)):
+        raise SystemExit(f"--length {args.length}: give a factor above 0")
     page = json.load(open(args.page))
     if args.cost_scale == "window":
         if "rows_at_window_costs" not in page:
@@ -158,7 +178,7 @@ def main():
                              f"with a build of rocsctl that writes them")
         rows = page["rows_at_window_costs"]
         for r in rows:
-            r["_scale"] = r["cost_scale"]
+            r["_scale"] = r["cost_scale"] * args.length
     else:
         try:
             scale = float(args.cost_scale)
@@ -169,6 +189,12 @@ def main():
         rows = page["rows"]
         for r in rows:
             r["_scale"] = scale
+    for r in rows:
+        r["_length"] = args.length
+    if args.tenants is not None:
+        rows = [r for r in rows if r["tenants"] == args.tenants]
+        if not rows:
+            raise SystemExit(f"{args.page}: no run with {args.tenants} tenants")
     if args.where_oracle_gains is not None:
         rows = [r for r in rows if r["oracle_speedup"] >= 1 + args.where_oracle_gains]
         if not rows:
@@ -179,8 +205,9 @@ def main():
     with ThreadPoolExecutor(args.jobs) as pool:
         for offset in args.offset or [0]:
             for binary in args.rocsctl:
+                grid = page["oracle_grid"] if args.oracle else None
                 results = list(pool.map(
-                    lambda r: run_rocs(binary, page_dir, r, offset), rows))
+                    lambda r: run_rocs(binary, page_dir, r, offset, grid), rows))
                 got = [r["speedup"] for r in results]
                 if runs:
                     for row, speedup, result in zip(rows, got, results):
@@ -193,13 +220,18 @@ def main():
                 tenants = [t for t in map(worst_tenant, results) if t is not None]
                 bound = (f", {sum(t < 0.95 for t in tenants)} of {len(tenants)} shared runs "
                          f"with a tenant below 0.95 (worst {min(tenants):.3f})") if tenants else ""
-                of_oracle = sorted(s / row["oracle_speedup"] for row, s in zip(rows, got)
+                oracles = ([r["oracle_speedup"] for r in results] if args.oracle
+                           else [row["oracle_speedup"] for row in rows])
+                of_oracle = sorted(s / o for row, s, o in zip(rows, got, oracles)
                                    if row["oracle_speedup"] >= 1.05)
+                whose = "these runs'" if args.oracle else "the page's"
                 oracle = (f"; where the page's oracle gains 5% ({len(of_oracle)} runs), "
-                          f"median of it {statistics.median(of_oracle):.3f}, "
+                          f"median of {whose} oracle {statistics.median(of_oracle):.3f}, "
                           f"90th-percentile-worst {of_oracle[len(of_oracle) // 10]:.3f}"
                           ) if of_oracle else ""
                 scale = f" (costs x{args.cost_scale})" if args.cost_scale != "1" else ""
+                if args.length != 1:
+                    scale += f" (length x{args.length:g})"
                 print(f"seed +{offset} {binary}{scale}: {len(got)} runs, "
                       f"{sum(s < 0.99 for s in got)} below 0.99, worst {min(got):.3f}, "
                       f"median {statistics.median(got):.4f}, geomean {geomean:.4f}{bound}"
