@@ -396,6 +396,53 @@ mod tests {
     }
 
     #[test]
+    fn a_gain_whose_windows_cycle_with_the_programs_passes_is_measured_until_it_shows() {
+        // zen4-like's cg-like (seed 1; its stack of 195,553 pages scaled to 1,000): the
+        // windows its search had measured when its refinement ended, by window number.
+        // Confining about two thirds of the stack gains some 18%, but those windows cycle
+        // with the program's passes over its data while k = 0's barely scatter: two
+        // windows a point left the gain within the pooled noise, and the search chose
+        // k = 0. The best point, ahead of k = 0, is measured again until the gain shows;
+        // the windows that follow are those the run measured with about as many pages
+        // confined.
+        let knobs = Knobs {
+            page_budget: 21,
+            ..Knobs::default()
+        };
+        let mut s = Search::new(&knobs, 1000, vec![571, 644, 741]);
+        let profile = [0.0598, 0.0599, 0.0589, 0.0595, 0.0602, 0.0591, 0.0595];
+        let profile: Vec<(u64, f64)> = (33..).zip(profile).collect();
+        s.drift_before(&profile);
+        let searched = [
+            (40, 0, 0.1288),
+            (41, 0, 0.1298),
+            (43, 21, 0.129),
+            (69, 571, 0.148),
+            (74, 644, 0.161),
+            (80, 741, 0.154),
+            (81, 681, 0.139),
+            (84, 616, 0.141),
+            (87, 644, 0.145),
+            (89, 741, 0.139),
+        ];
+        for (at, k, ipc) in searched {
+            s.record_at(at, k, ipc);
+        }
+        s.conclude();
+        let k0 = |t: usize| [0.1288, 0.1298][t % 2];
+        let later = [0.1452, 0.1497, 0.1603, 0.1364, 0.1529, 0.1605];
+        let (k, log) = run_logged(s.clone(), |k, t| match k {
+            0 => k0(t),
+            _ => later[t % later.len()],
+        });
+        assert_eq!(k, 644, "windows after the refinement: {log:?}");
+        // Had the placement's later windows read as k = 0 does, the search would end at
+        // k = 0 after two more (the best point's, then the next best's).
+        let (k, log) = run_logged(s, |_, t| k0(t));
+        assert_eq!((k, log), (0, vec![644, 571]));
+    }
+
+    #[test]
     fn a_group_judged_point_far_below_the_best_is_not_measured_twice() {
         // Judged by an LLC group, a coarse point past the peak on one window is measured
         // again, as sharers' phases scatter the score; but not one that fell far below:
