@@ -556,8 +556,8 @@ impl AdaptiveSearch {
         // up to twice the repeats: a placement whose windows cycle with the program's
         // passes over its data scatters far more than k = 0 does, and its gain shows only
         // over more of them (zen4-like's cg-like: 126,024 pages confined measured 0.161
-        // and 0.145 against 0.129 and 0.130 at k = 0, every one of nine windows within 30%
-        // of the stack around it above every window at k = 0, and the search chose k = 0).
+        // and 0.145 against 0.129 and 0.130 at k = 0, all seven windows between 111,726
+        // and 144,930 pages were above both at k = 0, and the search chose k = 0).
         // Those windows run at a placement that measured faster than k = 0; a smaller
         // lead would not show even then (twice the windows narrow the margin by about a
         // third).
