@@ -38,6 +38,12 @@ pub struct PhaseDetector {
     sq_ipc: f64,
     sq_mpki: f64,
     learned: u32,
+    /// The reference was learnt from earlier windows ([`PhaseDetector::learn`]), however
+    /// few.
+    seeded: bool,
+    /// Windows left in which one better than a reference learnt from earlier windows
+    /// starts a reference afresh, rather than a phase.
+    provisional: u32,
     strikes: u32,
 }
 
@@ -53,6 +59,8 @@ impl PhaseDetector {
             sq_ipc: 0.0,
             sq_mpki: 0.0,
             learned: 0,
+            seeded: false,
+            provisional: 0,
             strikes: 0,
         }
     }
@@ -62,9 +70,31 @@ impl PhaseDetector {
         *self = PhaseDetector::new(self.band, self.windows);
     }
 
+    /// Learn the reference from `windows` (IPC, MPKI) measured before, when there are at
+    /// least two: the placement a search kept was measured in its windows, and the first
+    /// windows after it may already be a new phase (a tenant whose program changed phase
+    /// one window after its search kept 2 pages learnt a reference from windows on both
+    /// sides of the change, so wide that the change never left it: random.md's run 118
+    /// at offset 1, 0.960 of off).
+    pub fn learn(&mut self, windows: &[(f64, f64)]) {
+        if windows.len() < 2 {
+            return;
+        }
+        self.reset();
+        for &(ipc, mpki) in windows {
+            self.sum_ipc += ipc;
+            self.sum_mpki += mpki;
+            self.sq_ipc += ipc * ipc;
+            self.sq_mpki += mpki * mpki;
+            self.learned += 1;
+        }
+        self.seeded = true;
+        self.provisional = REFERENCE_WINDOWS;
+    }
+
     /// The reference IPC and MPKI, once learned.
     pub fn reference(&self) -> Option<(f64, f64)> {
-        (self.learned >= REFERENCE_WINDOWS).then(|| {
+        (self.seeded || self.learned >= REFERENCE_WINDOWS).then(|| {
             (
                 self.sum_ipc / self.learned as f64,
                 self.sum_mpki / self.learned as f64,
@@ -99,6 +129,17 @@ impl PhaseDetector {
             > (self.band * ref_ipc.max(f64::MIN_POSITIVE)).max(NOISE_SIGMAS * sd_ipc);
         let mpki_out = (mpki - ref_mpki).abs()
             > (self.band * ref_mpki.max(MPKI_FLOOR)).max(NOISE_SIGMAS * sd_mpki);
+        let better = ipc > ref_ipc && mpki <= ref_mpki;
+        let provisional = std::mem::take(&mut self.provisional);
+        if provisional > 0 && (ipc_out || mpki_out) && better {
+            // Right after the windows learnt from, and better than them: those were
+            // measured while the placement's pages were still warming (a search that kept
+            // 290 pages read IPC 0.092, its first windows in Steady 0.106), not in another
+            // phase. The reference is learnt from the windows that follow.
+            self.reset();
+            return self.observe(ipc, mpki);
+        }
+        self.provisional = provisional.saturating_sub(1);
         if !(ipc_out || mpki_out) {
             self.strikes = 0;
             // Every window of the phase refines its reference, not only the first few: a
@@ -177,5 +218,49 @@ mod tests {
         // A real change still is one.
         assert_eq!(d.observe(0.3, 40.0), PhaseVerdict::Outside { strikes: 1 });
         assert_eq!(d.observe(0.3, 40.0), PhaseVerdict::Changed);
+    }
+
+    #[test]
+    fn a_reference_learnt_from_the_kept_placements_windows_sees_a_change_right_after_it() {
+        // random.md's run 118 at offset 1: the search measured its kept placement at
+        // IPC 0.39, and the program changed phase one window into Steady.
+        let after = [(0.392, 1.9), (0.291, 19.1), (0.312, 14.9), (0.309, 15.3)];
+        let mut fresh = PhaseDetector::new(0.15, 2);
+        let verdicts: Vec<_> = after.iter().map(|&(i, m)| fresh.observe(i, m)).collect();
+        assert!(
+            !verdicts.contains(&PhaseVerdict::Changed),
+            "a reference learnt across the change is wide enough to hide it: {verdicts:?}"
+        );
+        let mut seeded = PhaseDetector::new(0.15, 2);
+        seeded.learn(&[(0.390, 2.2), (0.392, 1.9)]);
+        assert_eq!(seeded.observe(0.392, 1.9), PhaseVerdict::Within);
+        assert_eq!(
+            seeded.observe(0.291, 19.1),
+            PhaseVerdict::Outside { strikes: 1 }
+        );
+        assert_eq!(seeded.observe(0.312, 14.9), PhaseVerdict::Changed);
+        // A placement better than it was measured is not a new phase: the reference is
+        // learnt afresh.
+        let mut warmer = PhaseDetector::new(0.15, 2);
+        warmer.learn(&[(0.092, 116.2), (0.091, 118.8)]);
+        assert_eq!(warmer.observe(0.106, 109.5), PhaseVerdict::Learning);
+        // Later, a better phase is a phase.
+        for (ipc, mpki) in [(0.106, 109.5), (0.106, 109.5)] {
+            assert_eq!(warmer.observe(ipc, mpki), PhaseVerdict::Learning);
+        }
+        let mut later = PhaseDetector::new(0.15, 2);
+        later.learn(&[(0.033, 444.0), (0.033, 440.0)]);
+        for _ in 0..4 {
+            assert_eq!(later.observe(0.033, 445.0), PhaseVerdict::Within);
+        }
+        assert_eq!(
+            later.observe(0.117, 128.7),
+            PhaseVerdict::Outside { strikes: 1 }
+        );
+        assert_eq!(later.observe(0.118, 128.6), PhaseVerdict::Changed);
+        // One window is no reference.
+        let mut one = PhaseDetector::new(0.15, 2);
+        one.learn(&[(0.390, 2.2)]);
+        assert_eq!(one.observe(0.392, 1.9), PhaseVerdict::Learning);
     }
 }

@@ -37,8 +37,8 @@ use crate::phase::{PhaseDetector, PhaseVerdict};
 use crate::regions::{Region, StackBuild};
 use crate::search::Search;
 use crate::{
-    CacheGeometry, Colour, CounterDelta, MemSample, MissRateStack, PageProfile, Pid, SamplingPlan,
-    VirtPage,
+    CacheGeometry, Colour, CounterDelta, DataSource, MemSample, MissRateStack, PageProfile, Pid,
+    SamplingPlan, VirtPage,
 };
 pub use budget::SharedSpending;
 use budget::Spending;
@@ -146,6 +146,43 @@ struct Deferred {
     mpki: f64,
 }
 
+/// The load latencies a profile's LLC samples carry (PEBS, IBS and SPE report them; the
+/// simulator reports the cycles a load stalled its program): what a miss costs beyond a
+/// hit. Samples without a latency (software events) are not counted.
+#[derive(Clone, Copy, Debug, Default)]
+struct SampledLatency {
+    hits: u64,
+    hit_cycles: u64,
+    misses: u64,
+    miss_cycles: u64,
+}
+
+impl SampledLatency {
+    fn record(&mut self, sample: &MemSample) {
+        let (count, cycles) = match sample.source {
+            DataSource::LlcHit => (&mut self.hits, &mut self.hit_cycles),
+            DataSource::LlcMiss => (&mut self.misses, &mut self.miss_cycles),
+            DataSource::Other => return,
+        };
+        if sample.weight > 0 {
+            *count += 1;
+            *cycles += u64::from(sample.weight);
+        }
+    }
+
+    /// The cycles a load saves that hits where it missed: the mean miss's latency less the
+    /// mean hit's (all of it when no sampled load hit). `None` without a sampled miss.
+    fn miss_cost(&self) -> Option<f64> {
+        let mean = |cycles: u64, n: u64| cycles as f64 / n as f64;
+        let hit = if self.hits > 0 {
+            mean(self.hit_cycles, self.hits)
+        } else {
+            0.0
+        };
+        (self.misses > 0).then(|| (mean(self.miss_cycles, self.misses) - hit).max(0.0))
+    }
+}
+
 /// The controller of one target.
 #[derive(Clone, Debug)]
 pub struct Controller {
@@ -164,6 +201,11 @@ pub struct Controller {
     pages: PageLedger,
     /// What the last profile promised ([`Controller::last_promise`]).
     promise: Option<f64>,
+    /// The share of the target's cycles that turning all of its LLC loads from misses
+    /// into hits would save, by the last profile's load latencies: what turns a promise
+    /// (a share of loads) into a share of cycles. `None` when the samples carry no
+    /// latency (software events).
+    cycles_per_load_share: Option<f64>,
     /// Searches in a row that confined nothing.
     fruitless: u32,
     /// What attempts (a profile and its search) cost, and when the next may start.
@@ -213,6 +255,10 @@ pub struct Controller {
     /// LLC references the target made in the current profile's windows: with the
     /// profile's LLC samples, how many loads each sample stands for.
     profile_llc_references: u64,
+    /// Cycles the target ran in the current profile's windows.
+    profile_cycles: u64,
+    /// The latencies of the current profile's LLC samples.
+    profile_latency: SampledLatency,
     history: VecDeque<Event>,
     stats: Stats,
 }
@@ -237,6 +283,7 @@ impl Controller {
             remembered: VecDeque::new(),
             pages: PageLedger::new(knobs.page_budget),
             promise: None,
+            cycles_per_load_share: None,
             fruitless: 0,
             spending: Spending::default(),
             sharers_spending: SharedSpending::default(),
@@ -256,6 +303,8 @@ impl Controller {
             colour_pages: 0,
             llc_misses_seen: 0,
             profile_llc_references: 0,
+            profile_cycles: 0,
+            profile_latency: SampledLatency::default(),
             skip_window: false,
             history: VecDeque::new(),
             stats: Stats::default(),
@@ -423,6 +472,7 @@ impl Controller {
         }
         for s in samples.iter().filter(|s| s.pid == self.pid) {
             self.profile.record(s.vaddr, s.source);
+            self.profile_latency.record(s);
             self.stats.samples += 1;
         }
     }
@@ -466,6 +516,7 @@ impl Controller {
                     let slower = slower_than(&delta, *reference_ipc);
                     *cycles += delta.cycles;
                     self.profile_llc_references += delta.llc_references;
+                    self.profile_cycles += delta.cycles;
                     *excess_cost += (slower - sampling).max(0.0);
                     *spent += slower.max(sampling);
                     self.spending.spent(slower.max(sampling));
@@ -748,6 +799,8 @@ impl Controller {
         self.reverify_due = false;
         self.profile.clear();
         self.profile_llc_references = 0;
+        self.profile_cycles = 0;
+        self.profile_latency = SampledLatency::default();
         self.pages.forget_failures();
         self.stats.profiles += 1;
         self.enter_profile(0, false, reason, out);
@@ -806,7 +859,7 @@ impl Controller {
         self.spending.resume();
         let reason = format!(
             "the attempt cut short by its cost goes on: its profile had not seen the program \
-             whole, and the {:.1}% it promises now pays for the rest",
+             whole, and the {:.1}% of its cycles it promises to save now pays for the rest",
             promise * 100.0
         );
         self.enter_profile(p.windows, true, reason, out);

@@ -243,9 +243,11 @@ impl Search {
         }
     }
 
-    /// Measure `k` among the coarse points, and count it among the boundaries refinement
-    /// snaps to: the top `k` pages are a placement worth trying in its own right (the
-    /// pages that over-fill their colours). Adaptive search only.
+    /// Measure `k` first of the coarse points, and count it among the boundaries
+    /// refinement snaps to: the top `k` pages are a placement worth trying in its own right
+    /// (the pages that over-fill their colours), and fewer of them a placement that is not
+    /// (a colour relieved of part of its excess still misses on all its pages). Adaptive
+    /// search only.
     pub fn probe_first(&mut self, k: usize) {
         if let Some(a) = self.adaptive.as_mut() {
             a.probe_first(k);
@@ -778,5 +780,31 @@ mod tests {
             "probed {probed:?}"
         );
         assert!(probed.iter().all(|&k| k <= 6), "probed {probed:?}");
+    }
+
+    #[test]
+    fn the_pages_that_over_fill_their_colours_are_probed_before_any_smaller_placement() {
+        // random.md's run 303: 90 pages, 6 of them over-filling two colours, a page budget
+        // of one page a window. Part of the relief relieves no colour and reads below
+        // k = 0 (its pages miss in the buffer as they did on their colours); all 6 pages
+        // make the program twice as fast.
+        let knobs = Knobs {
+            page_budget: 1,
+            ..Knobs::default()
+        };
+        let mut s = Search::new(&knobs, 90, vec![]);
+        s.probe_first(6);
+        let ipc = |k: usize| match k {
+            0 => 0.175,
+            1..=5 => 0.168,
+            _ => 0.37,
+        };
+        let (k, probed) = run_logged(s, |k, _| ipc(k));
+        assert_eq!(
+            probed.iter().find(|&&k| k > 0),
+            Some(&6),
+            "probed {probed:?}"
+        );
+        assert!(k >= 6, "chose {k}, probed {probed:?}");
     }
 }
