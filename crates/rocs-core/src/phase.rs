@@ -244,10 +244,8 @@ mod tests {
         let mut warmer = PhaseDetector::new(0.15, 2);
         warmer.learn(&[(0.092, 116.2), (0.091, 118.8)]);
         assert_eq!(warmer.observe(0.106, 109.5), PhaseVerdict::Learning);
+        assert_eq!(warmer.observe(0.106, 109.5), PhaseVerdict::Learning);
         // Later, a better phase is a phase.
-        for (ipc, mpki) in [(0.106, 109.5), (0.106, 109.5)] {
-            assert_eq!(warmer.observe(ipc, mpki), PhaseVerdict::Learning);
-        }
         let mut later = PhaseDetector::new(0.15, 2);
         later.learn(&[(0.033, 444.0), (0.033, 440.0)]);
         for _ in 0..4 {
