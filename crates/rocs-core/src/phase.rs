@@ -82,14 +82,19 @@ impl PhaseDetector {
         }
         self.reset();
         for &(ipc, mpki) in windows {
-            self.sum_ipc += ipc;
-            self.sum_mpki += mpki;
-            self.sq_ipc += ipc * ipc;
-            self.sq_mpki += mpki * mpki;
-            self.learned += 1;
+            self.add(ipc, mpki);
         }
         self.seeded = true;
         self.provisional = REFERENCE_WINDOWS;
+    }
+
+    /// Count a window of the reference.
+    fn add(&mut self, ipc: f64, mpki: f64) {
+        self.sum_ipc += ipc;
+        self.sum_mpki += mpki;
+        self.sq_ipc += ipc * ipc;
+        self.sq_mpki += mpki * mpki;
+        self.learned += 1;
     }
 
     /// The reference IPC and MPKI, once learned.
@@ -117,11 +122,7 @@ impl PhaseDetector {
 
     pub fn observe(&mut self, ipc: f64, mpki: f64) -> PhaseVerdict {
         let Some((ref_ipc, ref_mpki)) = self.reference() else {
-            self.sum_ipc += ipc;
-            self.sum_mpki += mpki;
-            self.sq_ipc += ipc * ipc;
-            self.sq_mpki += mpki * mpki;
-            self.learned += 1;
+            self.add(ipc, mpki);
             return PhaseVerdict::Learning;
         };
         let (sd_ipc, sd_mpki) = self.spread();
@@ -146,11 +147,7 @@ impl PhaseDetector {
             // program whose windows cycle more slowly than the reference's first windows
             // (a sweep over an array larger than a window reaches) shows its whole spread
             // only over a cycle, and is not a new phase at each of its peaks.
-            self.sum_ipc += ipc;
-            self.sum_mpki += mpki;
-            self.sq_ipc += ipc * ipc;
-            self.sq_mpki += mpki * mpki;
-            self.learned += 1;
+            self.add(ipc, mpki);
             return PhaseVerdict::Within;
         }
         self.strikes += 1;
