@@ -108,6 +108,7 @@ pub fn describe(kind: &EventKind, shown: &dyn Fn(Pid) -> Pid) -> (&'static str, 
             colours,
             pages,
             buffer_pages,
+            staying_in_buffer,
         } => {
             let mut parts = Vec::new();
             if *pages > 0 {
@@ -116,6 +117,12 @@ pub fn describe(kind: &EventKind, shown: &dyn Fn(Pid) -> Pid) -> (&'static str, 
                      probed first",
                     count(*colours, "colour", "colours"),
                     count(*pages, "page", "pages")
+                ));
+            }
+            if let Some(n) = staying_in_buffer.filter(|&n| n > 0) {
+                parts.push(format!(
+                    "with them the {} already on the pollute colours, where they stay",
+                    count(n, "page", "pages")
                 ));
             }
             if let Some(n) = buffer_pages {

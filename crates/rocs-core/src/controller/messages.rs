@@ -170,12 +170,16 @@ pub enum EventKind {
     /// Before the search: some colours hold more of the stack's pages than they fit, and
     /// the `pages` beyond that (from `colours` colours) are probed first. `buffer_pages`:
     /// the target's pages already on the pollute colours, when they over-fill the buffer
-    /// and probes move them out.
+    /// and probes move them out. `staying_in_buffer`: those pages, when they are probed
+    /// with `pages` where they are (a stack larger than the LLC: moved out, they would
+    /// over-fill ordinary colours again).
     ColoursOverFull {
         colours: usize,
         pages: usize,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         buffer_pages: Option<u64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        staying_in_buffer: Option<usize>,
     },
     /// The target has reason to profile (`reason`), but another target of the same LLC
     /// (`holder`, a platform pid: the driver names it as users know it) holds the turn.
