@@ -640,13 +640,7 @@ impl Controller {
         if k == 0 {
             return None;
         }
-        let loads: u64 = self
-            .build
-            .stack
-            .entries()
-            .iter()
-            .map(|e| e.hits + e.misses)
-            .sum();
+        let loads = sampled_loads(&self.build.stack);
         Some(ColourRelief {
             pages,
             k,
@@ -690,13 +684,7 @@ impl Controller {
         if misses < LOOP_FIT_WIN_OVER_LOSS * lost as f64 {
             return None;
         }
-        let loads: u64 = self
-            .build
-            .stack
-            .entries()
-            .iter()
-            .map(|e| e.hits + e.misses)
-            .sum();
+        let loads = sampled_loads(&self.build.stack);
         let k = pages.len();
         (k > 0 && k < self.build.stack.len()).then(|| ColourRelief {
             colours: overflow.by_colour.len(),
@@ -1442,6 +1430,11 @@ struct ColourRelief {
     /// What relieving could win: the share of the sampled LLC loads that miss on the
     /// pages of the colours relieved beyond what pages miss on colours that fit.
     promise: f64,
+}
+
+/// The LLC loads sampled on the pages of `stack`: what a relief's promise is a share of.
+fn sampled_loads(stack: &MissRateStack) -> u64 {
+    stack.entries().iter().map(|e| e.hits + e.misses).sum()
 }
 
 /// The fewest sampled loads a page of `stack` needs to look reused: half the median of
