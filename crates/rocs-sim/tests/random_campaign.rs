@@ -55,18 +55,19 @@ fn speedup(base: &BaselineRun, rocs: &RocsRun) -> f64 {
     base.stats.cycles as f64 / rocs.stats.cycles as f64
 }
 
-/// The speedup of the workload generated for `tiny` from `workload_seed`, run with `seed`
-/// at the window's costs, and the pages rocs confined.
-fn tiny_speedup(workload_seed: u64, seed: u64) -> (f64, usize) {
-    speedup_on("tiny", workload_seed, seed)
-}
-
-/// The same on `machine`.
-fn speedup_on(machine: &str, workload_seed: u64, seed: u64) -> (f64, usize) {
+/// Asserts that the workload generated for `machine` from `workload_seed`, run with `seed`
+/// at the window's costs, runs faster than `least` times its speed without rocs.
+fn assert_speedup_above(machine: &str, workload_seed: u64, seed: u64, least: f64) {
     let spec = MachineSpec::resolve(machine).unwrap();
     let w = random_workload(workload_seed, &spec, DEFAULT_ACCESSES_PER_LLC_LINE);
     let (base, rocs, _) = run_at_window_costs(&spec, &w, seed);
-    (speedup(&base, &rocs), rocs.pages_confined)
+    let speedup = speedup(&base, &rocs);
+    assert!(
+        speedup > least,
+        "{}: speedup {speedup:.3} with {} pages confined",
+        w.name,
+        rocs.pages_confined
+    );
 }
 
 /// What went wrong with `seed`'s workload, if anything.
@@ -142,10 +143,11 @@ fn rocs_never_loses_on_fresh_generated_workloads() {
 /// confined nothing (0.998 of off, where its oracle gains 19%).
 #[test]
 fn at_the_windows_costs_rocs_samples_as_densely_as_rocsd() {
-    let (speedup, confined) = tiny_speedup(0xa57c_8b9c_03eb_78f0, 11_924_559_415_567_153_392);
-    assert!(
-        speedup > 1.1,
-        "speedup {speedup:.3} with {confined} pages confined"
+    assert_speedup_above(
+        "tiny",
+        0xa57c_8b9c_03eb_78f0,
+        11_924_559_415_567_153_392,
+        1.1,
     );
 }
 
@@ -155,10 +157,11 @@ fn at_the_windows_costs_rocs_samples_as_densely_as_rocsd() {
 /// (1.000 of off, where its oracle gains 34%).
 #[test]
 fn a_program_whose_llc_serves_most_loads_but_misses_often_is_searched() {
-    let (speedup, confined) = tiny_speedup(0xfb56_52f6_10be_4a8c, 18_110_754_168_313_367_180);
-    assert!(
-        speedup > 1.15,
-        "speedup {speedup:.3} with {confined} pages confined"
+    assert_speedup_above(
+        "tiny",
+        0xfb56_52f6_10be_4a8c,
+        18_110_754_168_313_367_180,
+        1.15,
     );
 }
 
@@ -169,10 +172,11 @@ fn a_program_whose_llc_serves_most_loads_but_misses_often_is_searched() {
 /// (1.000 of off, where its oracle, confining 2 pages, runs 1.86 times as fast).
 #[test]
 fn a_promise_is_weighed_by_what_its_misses_cost() {
-    let (speedup, confined) = tiny_speedup(0x3e8f_9f5a_f6c8_fe3d, 4_507_996_965_057_396_285);
-    assert!(
-        speedup > 1.5,
-        "speedup {speedup:.3} with {confined} pages confined"
+    assert_speedup_above(
+        "tiny",
+        0x3e8f_9f5a_f6c8_fe3d,
+        4_507_996_965_057_396_285,
+        1.5,
     );
 }
 
@@ -184,10 +188,11 @@ fn a_promise_is_weighed_by_what_its_misses_cost() {
 /// profile of the new phase that finds nothing to confine moves the pages back.
 #[test]
 fn a_phase_that_ends_right_after_the_search_takes_its_placement_with_it() {
-    let (speedup, confined) = tiny_speedup(0xe35c_bf92_783b_2cb5, 16_383_180_180_270_296_246);
-    assert!(
-        speedup > 0.99,
-        "speedup {speedup:.3} with {confined} pages confined"
+    assert_speedup_above(
+        "tiny",
+        0xe35c_bf92_783b_2cb5,
+        16_383_180_180_270_296_246,
+        0.99,
     );
 }
 
@@ -201,14 +206,11 @@ fn a_phase_that_ends_right_after_the_search_takes_its_placement_with_it() {
 /// colours again: 1.27), lets the rest of the loop hit on every pass.
 #[test]
 fn a_loop_larger_than_the_cache_sheds_the_pages_that_over_fill_its_colours() {
-    let (speedup, confined) = speedup_on(
+    assert_speedup_above(
         "ppc970fx",
         0xf2ca_b167_415e_de19,
         17_494_990_759_510_597_145,
-    );
-    assert!(
-        speedup > 1.4,
-        "speedup {speedup:.3} with {confined} pages confined"
+        1.4,
     );
 }
 
@@ -219,10 +221,11 @@ fn a_loop_larger_than_the_cache_sheds_the_pages_that_over_fill_its_colours() {
 /// there, went no further: 0.993 of off where rocs otherwise makes it 1.61 times as fast).
 #[test]
 fn a_stack_whose_pages_beyond_their_colours_hit_is_not_taken_for_a_loop() {
-    let (speedup, confined) = tiny_speedup(0x47d2_fa7c_770c_1996, 5_175_474_334_282_291_606);
-    assert!(
-        speedup > 1.5,
-        "speedup {speedup:.3} with {confined} pages confined"
+    assert_speedup_above(
+        "tiny",
+        0x47d2_fa7c_770c_1996,
+        5_175_474_334_282_291_606,
+        1.5,
     );
 }
 
@@ -235,10 +238,10 @@ fn a_stack_whose_pages_beyond_their_colours_hit_is_not_taken_for_a_loop() {
 /// over one pass.
 #[test]
 fn a_loop_slower_than_a_window_is_measured_over_a_pass() {
-    let (speedup, confined) =
-        speedup_on("ppc970fx", 0x3ffc_00ed_c722_d2e0, 4_610_561_139_768_742_624);
-    assert!(
-        speedup > 1.4,
-        "speedup {speedup:.3} with {confined} pages confined"
+    assert_speedup_above(
+        "ppc970fx",
+        0x3ffc_00ed_c722_d2e0,
+        4_610_561_139_768_742_624,
+        1.4,
     );
 }

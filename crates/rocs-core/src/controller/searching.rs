@@ -906,19 +906,15 @@ impl Controller {
                         (self.knobs.settle_windows, self.knobs.migration_cost_cycles);
                     let run = self.run_mut().expect("searching");
                     run.measuring = Some(k);
+                    let pass = run.loop_pass.filter(|&(fit, _)| fit == k).map(|(_, c)| c);
                     // Settle after any move that made up this placement, the last batch
-                    // included.
+                    // included (a loop fit for a pass of its loop).
                     if run.moved_at == Some(moved_before) {
                         run.settle_left = settle;
-                        run.settle_cycles = run.moved_pages as u64 * cost;
-                        if let Some((_, pass)) = run.loop_pass.filter(|&(fit, _)| fit == k) {
-                            run.settle_cycles = run.settle_cycles.max(pass);
-                        }
+                        run.settle_cycles = (run.moved_pages as u64 * cost).max(pass.unwrap_or(0));
                     }
-                    if let Some((_, pass)) = run.loop_pass.filter(|&(fit, _)| fit == k) {
-                        run.measure_cycles_left = pass;
-                        run.pass_sum = CounterDelta::default();
-                    }
+                    run.measure_cycles_left = pass.unwrap_or(0);
+                    run.pass_sum = CounterDelta::default();
                 }
             }
             Next::Done(k) => self.search_done(k, out),
@@ -1571,7 +1567,8 @@ fn colour_overflow(
         over: buffer.iter().map(|(_, e)| e.page).collect(),
         excess_misses: excess(&buffer),
         staying_misses: 0.0,
-        over_hits: buffer.iter().map(|(_, e)| e.hits).sum(),
+        // They stay where they are: nothing to lose.
+        over_hits: 0,
     };
     ColourOverflow { by_colour, buffer }
 }
