@@ -245,3 +245,21 @@ fn a_loop_slower_than_a_window_is_measured_over_a_pass() {
         1.4,
     );
 }
+
+/// A tenant that waited for the turn while its sharer's search moved pages profiles
+/// once its cache has settled: random.md's run 410 (tiny, three tenants). The holder's
+/// search, whose LLC group score was 1.37 at k = 126, ended when a third tenant exited,
+/// and moved its pages back; the waiting tenant profiled at once, its reference IPC
+/// (0.069) taken while the pages went back, and its profile's windows (0.009) were
+/// charged as what profiling cost it: 2.4% of the LLC's cycles, over the overhead budget
+/// for the rest of the run, and the holder never searched again (1.014 of off; 1.32
+/// now, its oracle 1.59).
+#[test]
+fn a_profile_waits_for_its_cache_to_settle_after_the_holders_moves() {
+    assert_speedup_above(
+        "tiny",
+        0xc371_f34f_3620_137e,
+        14_083_305_031_300_289_406,
+        1.2,
+    );
+}

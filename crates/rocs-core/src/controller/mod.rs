@@ -56,6 +56,10 @@ const HISTORY_CAP: usize = 4096;
 /// Unsampled windows kept to tell how much a target's window scatters before a profile.
 const UNSAMPLED_KEPT: usize = 8;
 
+/// At most this many windows are waited for a target's cache to settle after another
+/// target's moves before it may profile.
+const SETTLING_WINDOWS_MAX: u32 = 4;
+
 /// Where the controller is, with what only that state needs.
 #[derive(Clone, Debug)]
 enum Stage {
@@ -64,6 +68,10 @@ enum Stage {
         streak: u32,
         /// Wanted to profile while the turn was withheld (and said so once).
         waiting: bool,
+        /// Windows left to wait for the cache to settle after another target's moves:
+        /// until two windows in a row agree on the IPC, none counts towards a profile
+        /// (see [`Controller::observe_window`]).
+        settling: u32,
     },
     Profile {
         /// Windows profiled so far.
@@ -119,6 +127,7 @@ impl Stage {
         Stage::Observe {
             streak: 0,
             waiting: false,
+            settling: 0,
         }
     }
 }
@@ -481,11 +490,17 @@ impl Controller {
         self.stats.windows += 1;
         self.pages.new_window(self.knobs.page_budget);
         match &mut self.stage {
-            Stage::Observe { streak, waiting } if *waiting && context.turn == Turn::Granted => {
+            Stage::Observe {
+                streak,
+                waiting,
+                settling,
+            } if *waiting && context.turn == Turn::Granted => {
                 // The holder's moves changed this target's cache: what made it want to
-                // profile may no longer hold. Look again from the new placement.
+                // profile may no longer hold. Look again from the new placement, once it
+                // has settled.
                 *waiting = false;
                 *streak = 0;
+                *settling = SETTLING_WINDOWS_MAX;
             }
             Stage::Steady { phase, .. } if context.sharers_changed => {
                 // Learn the phase reference again under the new mix.
@@ -584,9 +599,33 @@ impl Controller {
         let cold = self.llc_misses_seen < self.llc_lines;
         let worth = self.worth_profiling(delta) && !cold;
         let may_try = self.affords(0.0);
-        let Stage::Observe { streak, waiting } = &mut self.stage else {
+        let mut latest = self.unsampled_ipcs.iter().rev();
+        let agrees = match (latest.next(), latest.next()) {
+            (Some(now), Some(before)) => (now / before - 1.0).abs() <= self.knobs.phase_band,
+            _ => false,
+        };
+        let Stage::Observe {
+            streak,
+            waiting,
+            settling,
+        } = &mut self.stage
+        else {
             return;
         };
+        // After the turn's holder moved pages, this target's cache fills anew over a few
+        // windows, and the last of them is the reference a profile's cost is measured
+        // against: taken in that transient, it charged a profile for the holder's pages
+        // going back (random.md's run 410: a tenant's IPC fell from 0.069 to 0.009 as
+        // its sharer's 126 confined pages went back; its profile was charged 2.4% of the
+        // LLC's cycles, and the overhead budget kept that sharer, whose search had scored
+        // the LLC group 1.37 at k = 126, from searching again for the rest of the run).
+        if *settling > 0 {
+            *settling = if agrees { 0 } else { *settling - 1 };
+            if *settling > 0 {
+                *streak = 0;
+                return;
+            }
+        }
         *streak = if worth { *streak + 1 } else { 0 };
         if *streak < self.knobs.observe_windows || !may_try {
             return;
