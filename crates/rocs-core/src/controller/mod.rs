@@ -562,6 +562,7 @@ impl Controller {
                     .placed
                     .as_ref()
                     .is_some_and(|(_, among)| !among.is_subset(&context.running_sharers));
+            self.observe_new_mix(out);
         }
         match self.stage.state() {
             State::Observe if ran => self.observe_window(&delta, context.turn, out),
@@ -575,6 +576,26 @@ impl Controller {
             }
             _ => {}
         }
+    }
+
+    /// A target steady with nothing confined decided so under the mix of targets that ran
+    /// then: what kept it from confining (a sharer's noise, its pollution, a promise too
+    /// small beside it) may be gone with that mix. It is observed afresh, and profiles
+    /// again if it still misses enough (random.md's run 490: a tenant whose profiles beside
+    /// streaming sharers found nothing reused that missed stayed steady with nothing
+    /// confined when they exited, where alone its search kept a third of its stack for
+    /// +87%).
+    fn observe_new_mix(&mut self, out: &mut Vec<Action>) {
+        let nothing_kept = self.placed.is_none() && self.pages.confined().is_empty();
+        if !matches!(self.stage, Stage::Steady { .. }) || !nothing_kept {
+            return;
+        }
+        let reason = format!(
+            "the targets sharing the LLC changed (now: {}): it kept nothing under the mix \
+             before; observed afresh",
+            searching::pids(&self.sharers_now)
+        );
+        self.transition(Stage::observe(), reason, out);
     }
 
     /// What sampling cost the target in a window: what the platform reported

@@ -1574,7 +1574,7 @@ fn colour_overflow(
 }
 
 /// A set of pids as the controller's reasons name them: "pid 1, pid 2", or "none".
-fn pids(set: &BTreeSet<Pid>) -> String {
+pub(super) fn pids(set: &BTreeSet<Pid>) -> String {
     if set.is_empty() {
         return "none".to_string();
     }
