@@ -296,3 +296,19 @@ fn a_profiles_cost_is_not_its_windows_scatter() {
         1.15,
     );
 }
+
+/// A loop can take longer than a profile's usual length to make one pass: random.md's
+/// run 363 (ppc970fx, one tenant: a stencil over 1.6 times the LLC, a pass in about 11
+/// windows). Eight windows saw each page loaded once, as a stream's are, and rocs confined
+/// nothing (1.000 of off, its oracle 1.14, confining 124 of its 199 pages). Alone on its
+/// LLC, a profile that has found nothing yet goes on while the budget affords it, up to
+/// 32 windows, long enough to see two passes.
+#[test]
+fn a_profile_waits_for_a_slow_loop_to_come_round_again() {
+    assert_speedup_above(
+        "ppc970fx",
+        0x713e_8fd8_133e_b1dc,
+        8_160_117_733_040_501_212,
+        1.1,
+    );
+}
