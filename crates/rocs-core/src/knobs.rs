@@ -110,6 +110,12 @@ pub struct Knobs {
     /// Windows of precise sampling per profile, at most: the profile goes on past
     /// `profile_windows` while a window adds more than `profile_saturation` new pages.
     pub profile_max_windows: u32,
+    /// Windows of precise sampling per profile, at most, for a target alone on its LLC
+    /// whose profile has found nothing to win yet: a loop over more than the cache misses
+    /// on every load, as a stream does, until the profile has seen it loaded again, and
+    /// one pass can take longer than `profile_max_windows`. Each window past those must
+    /// fit in `overhead_budget`.
+    pub profile_loop_max_windows: u32,
     /// Fraction of new pages (relative to the pages profiled so far) below which one more
     /// window is not worth its sampling cost.
     pub profile_saturation: f64,
@@ -194,6 +200,7 @@ impl Default for Knobs {
             observe_windows: 1,
             profile_windows: 2,
             profile_max_windows: 8,
+            profile_loop_max_windows: 32,
             profile_saturation: 0.05,
             min_samples_per_page: 4,
             region_merge_tolerance: 0.10,
@@ -280,6 +287,13 @@ impl Knobs {
                 name: "profile_max_windows",
                 value: self.profile_max_windows as f64,
                 expected: "at least profile_windows",
+            });
+        }
+        if self.profile_loop_max_windows < self.profile_max_windows {
+            return Err(KnobError::OutOfRange {
+                name: "profile_loop_max_windows",
+                value: self.profile_loop_max_windows as f64,
+                expected: "at least profile_max_windows",
             });
         }
         for (name, value) in [
@@ -399,6 +413,13 @@ mod tests {
             bad(|k| k.profile_max_windows = 1),
             KnobError::OutOfRange {
                 name: "profile_max_windows",
+                ..
+            }
+        ));
+        assert!(matches!(
+            bad(|k| k.profile_loop_max_windows = 4),
+            KnobError::OutOfRange {
+                name: "profile_loop_max_windows",
                 ..
             }
         ));

@@ -565,11 +565,17 @@ fn reused_data_larger_than_the_cache_promises_only_what_the_cache_can_hold() {
     // On an LLC of 16 pages, 15 outside the pollute buffer, the 32 pages can hit on at
     // most 15/32 of their loads, and they already hit on more: nothing to win.
     let llc = CacheGeometry::from_size(16 << SHIFT, 64, 1, 1, 1 << SHIFT).expect("valid");
+    // (A profile that looks no longer for a loop than for new pages: the sweep never
+    // comes round.)
+    let no_longer = Knobs {
+        profile_loop_max_windows: knobs().profile_max_windows,
+        ..knobs()
+    };
     let (fake, events) = run_on(
         Some(&llc),
         &[(1, Pattern::SweepBesideReuse)],
         30,
-        knobs(),
+        no_longer,
         |_, _| 0.5,
     );
     assert!(!searched(&events[&1]), "{:?}", events[&1]);
@@ -588,6 +594,7 @@ fn a_loop_larger_than_the_cache_promises_what_a_stream_does_not() {
     let three_windows = Knobs {
         profile_windows: 3,
         profile_max_windows: 3,
+        profile_loop_max_windows: 3,
         ..knobs()
     };
     let (_, events) = run_on(
@@ -656,6 +663,7 @@ fn a_sparsely_sampled_region_promises_what_the_cache_can_hold_of_all_of_it() {
     let llc = CacheGeometry::from_size(512 << SHIFT, 64, 16, 1, 1 << SHIFT).expect("valid");
     let short_profiles = Knobs {
         profile_max_windows: 2,
+        profile_loop_max_windows: 2,
         ..knobs()
     };
     let (fake, events) = run_on(

@@ -60,13 +60,6 @@ const UNSAMPLED_KEPT: usize = 8;
 /// target's moves before it may profile.
 const SETTLING_WINDOWS_MAX: u32 = 4;
 
-/// The longest a profile alone on its LLC that has found nothing yet may go on looking
-/// for a loop (see `Controller::profile_window`). A loop is seen once it has been loaded
-/// twice, and one pass can take longer than `profile_max_windows`: random.md's run 363
-/// (ppc970fx, a stencil over 1.6 times the LLC) makes a pass in about 11 windows; its
-/// profile saw each page loaded once in 8, and kept nothing where its oracle gains 14%.
-const LOOP_PROFILE_WINDOWS_MAX: u32 = 32;
-
 /// Where the controller is, with what only that state needs.
 #[derive(Clone, Debug)]
 enum Stage {
@@ -726,14 +719,16 @@ impl Controller {
         // on every load, as a stream does, until the profile has seen it loaded again
         // (NOTES session 45): alone on an LLC of known size (where loops count, see
         // `promise_of`), such a profile goes on while the overhead budget affords another
-        // window, up to `LOOP_PROFILE_WINDOWS_MAX`.
+        // window, up to `profile_loop_max_windows` (random.md's run 363, ppc970fx: a stencil
+        // over 1.6 times the LLC makes a pass in about 11 windows; 8 saw each page loaded
+        // once, and it kept nothing where its oracle gains 14%).
         let nothing_yet = windows >= min_windows && self.promises_nothing(context);
         let may_find_a_loop = nothing_yet
             && self.sharers_now.is_empty()
             && self.llc_room_pages > 0
             && self.affords(spent * f64::from(windows + 1) / f64::from(windows));
         let longest = if may_find_a_loop {
-            max_windows.max(LOOP_PROFILE_WINDOWS_MAX)
+            self.knobs.profile_loop_max_windows
         } else {
             max_windows
         };
