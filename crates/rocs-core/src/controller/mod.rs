@@ -1079,8 +1079,6 @@ fn miss_rate(delta: &CounterDelta) -> f64 {
     }
 }
 
-/// The cycles a window ran slower than it would have at `reference` IPC (negative if it
-/// ran faster; zero with no reference).
 /// What a profile's windows cost the target, summed over them before either is judged: a
 /// window's IPC scatters around its pace by more than sampling costs (1.5% a window where
 /// sampling costs 0.7%), and taking the larger of the two window by window charged the
@@ -1107,6 +1105,8 @@ impl ProfileCost {
     }
 }
 
+/// The cycles a window ran slower than it would have at `reference` IPC (negative if it
+/// ran faster; zero with no reference).
 fn slower_than(delta: &CounterDelta, reference: Option<f64>) -> f64 {
     match reference {
         Some(reference) if reference > 0.0 => delta.cycles as f64 * (1.0 - delta.ipc() / reference),
