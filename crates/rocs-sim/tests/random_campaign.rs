@@ -299,7 +299,7 @@ fn a_profiles_cost_is_not_its_windows_scatter() {
 
 /// A loop can take longer than a profile's usual length to make one pass: random.md's
 /// run 363 (ppc970fx, one tenant: a stencil over 1.6 times the LLC, a pass in about 11
-/// windows). Eight windows saw each page loaded once, as a stream's are, and rocs confined
+/// windows). Ten windows saw each page loaded once, as a stream's are, and rocs confined
 /// nothing (1.000 of off, its oracle 1.14, confining 124 of its 199 pages). Alone on its
 /// LLC, a profile that has found nothing yet goes on while the budget affords it, up to
 /// 32 windows, long enough to see two passes.

@@ -720,7 +720,7 @@ impl Controller {
         // (NOTES session 45): alone on an LLC of known size (where loops count, see
         // `promise_of`), such a profile goes on while the overhead budget affords another
         // window, up to `profile_loop_max_windows` (random.md's run 363, ppc970fx: a stencil
-        // over 1.6 times the LLC makes a pass in about 11 windows; 8 saw each page loaded
+        // over 1.6 times the LLC makes a pass in about 11 windows; 10 saw each page loaded
         // once, and it kept nothing where its oracle gains 14%).
         let nothing_yet = windows >= min_windows && self.promises_nothing(context);
         let may_find_a_loop = nothing_yet
