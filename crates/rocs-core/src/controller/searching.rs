@@ -131,6 +131,8 @@ pub(super) struct SearchRun {
     /// sharing the LLC changed during it (see `Controller::abandon_attempt`), or those a
     /// kept placement was chosen for no longer run (see `Controller::undo_for_sharers`).
     abandoned: Option<&'static str>,
+    /// The search measures a kept placement against k = 0 again.
+    reverifying: bool,
 }
 
 impl SearchRun {
@@ -499,6 +501,7 @@ impl Controller {
         let run = SearchRun {
             started_at: self.stats.windows,
             judge_pending: true,
+            reverifying: true,
             ..SearchRun::default()
         };
         let reason = format!("{change}: it is measured against k = 0 again");
@@ -1005,7 +1008,14 @@ impl Controller {
             }
             self.beneficiaries = beneficiaries;
             self.placed = (k > 0).then(|| (k, self.sharers_now.clone()));
-            self.run_mut().expect("searching").final_k = Some(k);
+            let run = self.run_mut().expect("searching");
+            run.final_k = Some(k);
+            if run.reverifying && k == 0 {
+                run.abandoned = Some(
+                    "the kept placement no longer wins beside the targets running now: the \
+                     target is observed afresh",
+                );
+            }
             let done = EventKind::SearchDone {
                 k,
                 ipc,
