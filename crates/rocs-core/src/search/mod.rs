@@ -445,6 +445,66 @@ mod tests {
     }
 
     #[test]
+    fn a_cycling_gain_the_blocks_agree_with_is_kept_after_one_block() {
+        // zen4-like's cg-like at seed 3: the windows its search measured at k = 0 and
+        // around its best point (120,270 of 195,641 pages), by window number. The best
+        // point's windows cycle with the program's passes (0.1435 to 0.1590) and the
+        // drift before the search (the profile's windows) could not rule out the gain,
+        // so it is verified in balanced blocks, each moving 120,270 pages to k = 0 and
+        // back at 4,096 a window: the run ended inside the second (0.959 of off). The
+        // first block's windows agree with the search's own at both placements, and
+        // fitted together with them they keep the gain.
+        let knobs = Knobs {
+            page_budget: 4096,
+            ..Knobs::default()
+        };
+        let best = 120_270;
+        let replay = || {
+            let mut s = Search::new(&knobs, 195_641, vec![]);
+            let profile = [0.0587, 0.0592, 0.0589, 0.0588, 0.0594, 0.0599, 0.0594];
+            let profile: Vec<(u64, f64)> = (33..).zip(profile).collect();
+            s.drift_before(&profile);
+            let searched = [
+                (40, 0, 0.1295),
+                (41, 0, 0.1289),
+                (43, 4096, 0.1285),
+                (71, best, 0.1589),
+                (76, 134_764, 0.1449),
+                (89, 75_895, 0.1390),
+                (97, 103_320, 0.1354),
+                (102, best, 0.1445),
+                (103, best, 0.1435),
+                (104, best, 0.1590),
+            ];
+            for (at, k, ipc) in searched {
+                s.record_at(at, k, ipc);
+            }
+            s.conclude();
+            s
+        };
+        // The first block: k = 0 twice (windows 133 and 134), then the best again (163).
+        let mut s = replay();
+        for (at, ipc) in [(133, 0.1289), (134, 0.1304), (163, 0.1340)] {
+            let k = match s.next_step() {
+                Next::Measure(k) => k,
+                Next::Done(k) => panic!("done at k = {k} before window {at}"),
+            };
+            s.record_at(at, k, ipc);
+        }
+        assert_eq!(s.next_step(), Next::Done(best));
+        // Had k = 0 risen to the best point's pace by the block, the gain would be the
+        // program's drift: fitted with the search's windows, it is not kept.
+        let mut s = replay();
+        for (at, ipc) in [(133, 0.1440), (134, 0.1450), (163, 0.1450)] {
+            let Next::Measure(k) = s.next_step() else {
+                panic!("done before window {at}");
+            };
+            s.record_at(at, k, ipc);
+        }
+        assert_ne!(s.next_step(), Next::Done(best));
+    }
+
+    #[test]
     fn a_group_judged_point_far_below_the_best_is_not_measured_twice() {
         // Judged by an LLC group, a coarse point past the peak on one window is measured
         // again, as sharers' phases scatter the score; but not one that fell far below:
