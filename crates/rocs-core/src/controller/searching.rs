@@ -1010,6 +1010,10 @@ impl Controller {
             self.placed = (k > 0).then(|| (k, self.sharers_now.clone()));
             let run = self.run_mut().expect("searching");
             run.final_k = Some(k);
+            // The kept placement lost to k = 0 beside the targets running now, which says
+            // nothing of what wins beside them (random.md's run 282: k = 16 lost once its
+            // sharer had exited, where the oracle's k = 11 made the run 1.40 times as
+            // fast): look again.
             if run.reverifying && k == 0 {
                 run.abandoned = Some(
                     "the kept placement no longer wins beside the targets running now: the \

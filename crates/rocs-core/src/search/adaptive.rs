@@ -738,8 +738,8 @@ impl AdaptiveSearch {
             return false;
         };
         let z = 2.0 + 4.0 / dof as f64;
-        let apart = z * sigma * (1.0 / n_k + 1.0 / n_0 + blocks.gain_scale.powi(2)).sqrt();
-        if (at_k - at_0 - blocks.gain).abs() > apart {
+        let tolerance = z * sigma * (1.0 / n_k + 1.0 / n_0 + blocks.gain_scale.powi(2)).sqrt();
+        if (at_k - at_0 - blocks.gain).abs() > tolerance {
             return false;
         }
         let all: Vec<Measured> = earlier.iter().chain(&log[from..]).copied().collect();
