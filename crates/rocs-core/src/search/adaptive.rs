@@ -676,18 +676,8 @@ impl AdaptiveSearch {
         };
         // The fit's own residuals say how noisy a window is once they are enough;
         // before that, the search's pooled repeats do.
-        let dof = log.len() - 3;
-        let sigma = if dof >= 3 {
-            Some(((fit.rss / dof as f64).sqrt(), dof))
-        } else {
-            m.noise()
-        };
-        let level = log.iter().map(|w| w.ipc).fold(0.0, f64::max);
-        let margin = sigma.map_or(0.0, |(s, dof)| {
-            (2.0 + 4.0 / dof as f64) * s * fit.gain_scale
-        });
-        let margin = margin.max(self.noise_floor * level);
-        if fit.gain > margin {
+        let sigma = fit.own_noise(log.len()).or_else(|| m.noise());
+        if fit.gain > self.fit_margin(&fit, sigma, log) {
             Next::Done(k)
         } else if fit.gain <= 0.0 {
             Next::Done(0)
@@ -746,12 +736,19 @@ impl AdaptiveSearch {
         let Some(fit) = TrendFit::of(&all, k) else {
             return false;
         };
-        let dof = all.len() - 3;
-        let sigma = (fit.rss / dof as f64).sqrt();
-        let level = all.iter().map(|w| w.ipc).fold(0.0, f64::max);
-        let margin =
-            ((2.0 + 4.0 / dof as f64) * sigma * fit.gain_scale).max(self.noise_floor * level);
-        fit.gain > margin
+        let sigma = fit.own_noise(all.len());
+        sigma.is_some() && fit.gain > self.fit_margin(&fit, sigma, &all)
+    }
+
+    /// The gain a trend-and-placement fit over `windows` must pass to be told from noise:
+    /// its standard error at `sigma` (a window's noise, with its degrees of freedom) times
+    /// 2 + 4 / dof, and at least the noise floor of their fastest window.
+    fn fit_margin(&self, fit: &TrendFit, sigma: Option<(f64, usize)>, windows: &[Measured]) -> f64 {
+        let level = windows.iter().map(|w| w.ipc).fold(0.0, f64::max);
+        let margin = sigma.map_or(0.0, |(s, dof)| {
+            (2.0 + 4.0 / dof as f64) * s * fit.gain_scale
+        });
+        margin.max(self.noise_floor * level)
     }
 }
 
@@ -850,6 +847,13 @@ impl TrendFit {
             gain_scale: inv[2][2].max(0.0).sqrt(),
             rss,
         })
+    }
+
+    /// A window's noise by the fit's own residuals over its `windows` windows, with its
+    /// degrees of freedom, once there are at least three.
+    fn own_noise(&self, windows: usize) -> Option<(f64, usize)> {
+        let dof = windows.checked_sub(3).filter(|&dof| dof >= 3)?;
+        Some(((self.rss / dof as f64).sqrt(), dof))
     }
 }
 
