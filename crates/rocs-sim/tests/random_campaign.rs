@@ -329,18 +329,3 @@ fn a_failed_reverification_looks_again() {
     );
 }
 
-/// A gain the balanced blocks leave within their own noise is kept if the search's
-/// earlier windows tell the same gain and, fitted together with the blocks, show it:
-/// random.md's run 217 (ppc970fx, one tenant). Its search read k = 59 at 0.393 and 0.395
-/// against k = 0's 0.317 and 0.283, but the windows of its two blocks scattered (0.306 to
-/// 0.360 at k = 59, 0.285 to 0.338 at k = 0), and it kept nothing (1.006 of off, its
-/// oracle 1.10).
-#[test]
-fn a_gain_the_blocks_leave_within_noise_is_judged_with_the_searchs_windows() {
-    assert_speedup_above(
-        "ppc970fx",
-        0x8cc7_8e2d_b02f_4c7d,
-        10_144_233_012_555_893_885,
-        1.05,
-    );
-}

@@ -505,6 +505,51 @@ mod tests {
     }
 
     #[test]
+    fn a_gain_the_spent_blocks_leave_within_noise_is_judged_with_the_searchs_windows() {
+        // random.md's run 217 (ppc970fx, one tenant; its oracle gains 10%): the windows its
+        // search measured, by window number. k = 59 read 0.393 against k = 0's 0.317 and
+        // 0.283, but the windows of its two balanced blocks scattered (0.306 to 0.360 at
+        // k = 59, 0.285 to 0.338 at k = 0) and left the gain within their own noise; the
+        // search's windows before the blocks tell the same gain, and fitted together with
+        // the blocks they keep it (1.006 of off without, 1.096 with).
+        let knobs = Knobs {
+            page_budget: 64,
+            ..Knobs::default()
+        };
+        let mut s = Search::new(&knobs, 162, vec![4, 59]);
+        for (at, k, ipc) in [
+            (12, 0, 0.3174),
+            (13, 0, 0.2829),
+            (15, 4, 0.3335),
+            (17, 59, 0.39259),
+        ] {
+            s.record_at(at, k, ipc);
+        }
+        s.conclude();
+        let blocks = [
+            (18, 0.3947),
+            (20, 0.2848),
+            (21, 0.3195),
+            (23, 0.3057),
+            (25, 0.3384),
+            (27, 0.3581),
+            (28, 0.3598),
+            (30, 0.3310),
+        ];
+        let mut log = Vec::new();
+        for (at, ipc) in blocks {
+            let k = match s.next_step() {
+                Next::Measure(k) => k,
+                Next::Done(k) => panic!("done at k = {k} before window {at}: {log:?}"),
+            };
+            s.record_at(at, k, ipc);
+            log.push(k);
+        }
+        assert_eq!(log, [59, 0, 0, 59, 0, 59, 59, 0]);
+        assert_eq!(s.next_step(), Next::Done(59));
+    }
+
+    #[test]
     fn a_group_judged_point_far_below_the_best_is_not_measured_twice() {
         // Judged by an LLC group, a coarse point past the peak on one window is measured
         // again, as sharers' phases scatter the score; but not one that fell far below:
@@ -640,6 +685,36 @@ mod tests {
         let mut s = Search::new(&knobs, 1000, vec![600]);
         s.trend_before(&before);
         assert_eq!(run_in_time(s, gain).0, 600);
+    }
+
+    #[test]
+    fn a_trend_the_profiles_windows_do_not_show_has_ended() {
+        // random.md's run 272 (tiny, a stencil over 2.6 times the LLC): the unsampled
+        // windows before its profile rose as the LLC warmed, and its profile's nine
+        // windows, which came after them, were flat. Carried forward by the warm-up's
+        // slope, k = 0 would have run at 0.482 when the first probe read 0.475, k = 0's
+        // own pace, and the coarse pass ended there (the oracle gains 13%).
+        let knobs = Knobs {
+            page_budget: 21,
+            ..Knobs::default()
+        };
+        let profile = [
+            0.4700, 0.4718, 0.4676, 0.4700, 0.4743, 0.4761, 0.4744, 0.4695, 0.4716,
+        ];
+        let profile: Vec<(u64, f64)> = (4..).zip(profile).collect();
+        let after_first_probe = |profile: &[(u64, f64)]| {
+            let mut s = Search::new(&knobs, 171, vec![]);
+            s.drift_before(profile);
+            s.trend_before(&[0.4731, 0.4760, 0.4777]);
+            s.record_at(14, 0, 0.4758);
+            s.record_at(15, 0, 0.4757);
+            assert_eq!(s.next_step(), Next::Measure(21));
+            s.record_at(17, 21, 0.4747);
+            s.next_step()
+        };
+        assert_eq!(after_first_probe(&profile), Next::Measure(42));
+        // Without the profile's windows the warm-up may still be going on.
+        assert_eq!(after_first_probe(&[]), Next::Done(0));
     }
 
     #[test]
