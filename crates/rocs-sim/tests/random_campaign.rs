@@ -329,3 +329,17 @@ fn a_failed_reverification_looks_again() {
     );
 }
 
+/// A search whose windows at k = 0 leave the profile's phase for another gives the new
+/// phase its own profile: random.md's run 479 (ppc970fx, two tenants). The tenant profiled
+/// at IPC 0.16 and MPKI 18; its search then read 0.016 and MPKI 345 twice, judged its
+/// windows too noisy to search, and stayed steady in a phase it never profiled (1.102 of
+/// off, its oracle 1.85).
+#[test]
+fn a_phase_the_searchs_baseline_enters_is_profiled() {
+    assert_speedup_above(
+        "ppc970fx",
+        0x4dfc_2d2d_517f_1f74,
+        5_619_416_107_715_600_244,
+        1.15,
+    );
+}

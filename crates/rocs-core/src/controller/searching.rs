@@ -128,8 +128,10 @@ pub(super) struct SearchRun {
     /// them, and only if their misses are worth a search.
     unless_over_full: Option<String>,
     /// The search moves its pages back and ends in Observe, for this reason: the targets
-    /// sharing the LLC changed during it (see `Controller::abandon_attempt`), or those a
-    /// kept placement was chosen for no longer run (see `Controller::undo_for_sharers`).
+    /// sharing the LLC changed during it (see `Controller::abandon_attempt`), those a kept
+    /// placement was chosen for no longer run (see `Controller::undo_for_sharers`), a kept
+    /// placement lost its re-verification, or the windows at k = 0 entered another phase
+    /// (see `changed_level`).
     abandoned: Option<&'static str>,
     /// The search measures a kept placement against k = 0 again.
     reverifying: bool,
@@ -1008,6 +1010,7 @@ impl Controller {
             }
             self.beneficiaries = beneficiaries;
             self.placed = (k > 0).then(|| (k, self.sharers_now.clone()));
+            let band = self.knobs.phase_band;
             let run = self.run_mut().expect("searching");
             run.final_k = Some(k);
             // The kept placement lost to k = 0 beside the targets running now, which says
@@ -1017,6 +1020,12 @@ impl Controller {
             if run.reverifying && k == 0 {
                 run.abandoned = Some(
                     "the kept placement no longer wins beside the targets running now: the \
+                     target is observed afresh",
+                );
+            } else if k == 0 && changed_level(&run.unmoved, &run.unmoved_mpki, band) {
+                run.abandoned = Some(
+                    "the target's IPC and MPKI changed phase during the search's windows at \
+                     k = 0: its profile is of the phase before, so it chose nothing, and the \
                      target is observed afresh",
                 );
             }
@@ -1615,6 +1624,28 @@ fn overlap(a: &HashSet<VirtPage>, b: &HashSet<VirtPage>) -> f64 {
 /// group, and another sharer has reused data that misses.
 fn for_others(context: &WindowContext) -> bool {
     context.group.is_some() && context.sharers_miss
+}
+
+/// Whether windows measured in a row at one placement (IPC and MPKI) left their first
+/// window's level and settled elsewhere: the last two agree within `band` and both lie
+/// outside it from the first, in IPC and in MPKI. A search's windows at k = 0 that do so
+/// measured a phase its profile did not see (random.md's run 479: a tenant profiled at
+/// IPC 0.16 and MPKI 18, whose search then read 0.016 and MPKI 345 twice, judged its
+/// windows too noisy to search, and stayed steady in that phase unprofiled, where the
+/// oracle made the pair 1.85 times as fast).
+fn changed_level(ipcs: &[f64], mpkis: &[f64], band: f64) -> bool {
+    let (&[ipc, .., ipc_a, ipc_b], &[mpki, .., mpki_a, mpki_b]) = (ipcs, mpkis) else {
+        return false;
+    };
+    // Outside `band` of `from` (MPKI judged against at least 1, as the phase detector does).
+    let outside = |from: f64, x: f64, floor: f64| (x - from).abs() > band * from.max(floor);
+    let settled = |from: f64, a: f64, b: f64, floor: f64| {
+        outside(from, a, floor)
+            && outside(from, b, floor)
+            && !outside(a, b, floor)
+            && (a > from) == (b > from)
+    };
+    settled(ipc, ipc_a, ipc_b, 0.0) && settled(mpki, mpki_a, mpki_b, 1.0)
 }
 
 #[cfg(test)]
