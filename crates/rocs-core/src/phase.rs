@@ -13,7 +13,7 @@ const NOISE_SIGMAS: f64 = 4.0;
 
 /// MPKI differences are judged against at least this much MPKI, so that a program with
 /// almost no misses does not change phase on every stray miss.
-const MPKI_FLOOR: f64 = 1.0;
+pub(crate) const MPKI_FLOOR: f64 = 1.0;
 
 /// What one window says about the phase.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]

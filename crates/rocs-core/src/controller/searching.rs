@@ -8,6 +8,7 @@ use super::group::GroupJudge;
 use super::messages::{Action, ColourReport, EventKind, MemberWindow, SharerPace, WindowContext};
 use super::{Controller, Deferred, Stage};
 use crate::knobs::SearchMode;
+use crate::phase::MPKI_FLOOR;
 use crate::regions::{build_stack, pool_regions, RegionParams, RegionPool, StackBuild};
 use crate::search::{resolvable_gain, Next, Search};
 use crate::{Colour, CounterDelta, MissRateStack, PageProfile, Pid, StackEntry, VirtPage};
@@ -1637,7 +1638,7 @@ fn changed_level(ipcs: &[f64], mpkis: &[f64], band: f64) -> bool {
     let (&[ipc, .., ipc_a, ipc_b], &[mpki, .., mpki_a, mpki_b]) = (ipcs, mpkis) else {
         return false;
     };
-    // Outside `band` of `from` (MPKI judged against at least 1, as the phase detector does).
+    // Outside `band` of `from` (MPKI judged against the phase detector's floor).
     let outside = |from: f64, x: f64, floor: f64| (x - from).abs() > band * from.max(floor);
     let settled = |from: f64, a: f64, b: f64, floor: f64| {
         outside(from, a, floor)
@@ -1645,7 +1646,7 @@ fn changed_level(ipcs: &[f64], mpkis: &[f64], band: f64) -> bool {
             && !outside(a, b, floor)
             && (a > from) == (b > from)
     };
-    settled(ipc, ipc_a, ipc_b, 0.0) && settled(mpki, mpki_a, mpki_b, 1.0)
+    settled(ipc, ipc_a, ipc_b, 0.0) && settled(mpki, mpki_a, mpki_b, MPKI_FLOOR)
 }
 
 #[cfg(test)]
