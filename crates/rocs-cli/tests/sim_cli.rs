@@ -144,6 +144,10 @@ fn the_timeline_adds_up_to_the_run_and_names_what_the_controller_did() {
     assert_eq!(sum("instructions"), rocs["instructions"].as_u64().unwrap());
     assert_eq!(sum("cycles"), rocs["cycles"].as_u64().unwrap());
     assert_eq!(sum("llc_misses"), rocs["llc_misses"].as_u64().unwrap());
+    assert_eq!(
+        sum("llc_references"),
+        rocs["llc_accesses"].as_u64().unwrap()
+    );
     assert_eq!(t["window_cycles"], rocs["window_cycles"]);
     for (i, w) in windows.iter().enumerate() {
         assert_eq!(

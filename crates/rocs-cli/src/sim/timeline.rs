@@ -26,6 +26,9 @@ pub struct WindowLine {
     pub row: WindowRow,
     pub ipc: f64,
     pub llc_mpki: f64,
+    /// LLC references per 1000 instructions: the program's mix of loads above the LLC,
+    /// which no placement changes.
+    pub llc_apki: f64,
 }
 
 #[derive(Debug, Serialize)]
@@ -47,6 +50,7 @@ impl TimelineReport {
             .map(|row| WindowLine {
                 ipc: ratio(row.instructions, row.cycles),
                 llc_mpki: ratio(row.llc_misses * 1000, row.instructions),
+                llc_apki: ratio(row.llc_references * 1000, row.instructions),
                 row: row.clone(),
             })
             .collect();
@@ -74,25 +78,26 @@ impl TimelineReport {
     /// For people: a row per window and process, its events beneath it.
     pub fn text(&self) -> String {
         let mut out = format!(
-            "rocs, window by window ({} cycles each): per process, IPC and LLC misses per \
-             1000 instructions in the window, then the controller's state and pages confined \
+            "rocs, window by window ({} cycles each): per process, IPC, LLC misses and \
+             references per 1000 instructions in the window, then the controller's state and pages confined \
              once it had seen it; its events beneath\n",
             self.window_cycles
         );
         out += &format!(
-            "{:>7} {:>14} {:>7} {:>7} {:>8}  {:<10} {:>8}\n",
-            "window", "end cycle", "pid", "IPC", "MPKI", "state", "confined"
+            "{:>7} {:>14} {:>7} {:>7} {:>8} {:>8}  {:<10} {:>8}\n",
+            "window", "end cycle", "pid", "IPC", "MPKI", "APKI", "state", "confined"
         );
         let mut events = self.events.iter().peekable();
         for (i, w) in self.windows.iter().enumerate() {
             let r = &w.row;
             out += &format!(
-                "{:>7} {:>14} {:>7} {:>7.4} {:>8.3}  {:<10} {:>8}\n",
+                "{:>7} {:>14} {:>7} {:>7.4} {:>8.3} {:>8.3}  {:<10} {:>8}\n",
                 r.window,
                 r.end_cycle,
                 r.pid,
                 w.ipc,
                 w.llc_mpki,
+                w.llc_apki,
                 r.state.to_string(),
                 r.confined
             );

@@ -242,6 +242,7 @@ pub struct WindowRow {
     pub instructions: u64,
     pub cycles: u64,
     pub llc_misses: u64,
+    pub llc_references: u64,
     /// The controller's state once it had seen the window.
     pub state: State,
     /// Pages in the pollute buffer once it had seen the window.
@@ -400,6 +401,7 @@ pub fn run_rocs(
                 instructions: d.instructions,
                 cycles: d.cycles,
                 llc_misses: d.llc_misses,
+                llc_references: d.llc_references,
                 state: c.state(),
                 confined: c.confined().len(),
             });
