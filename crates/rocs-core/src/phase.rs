@@ -88,6 +88,21 @@ impl PhaseDetector {
         self.provisional = REFERENCE_WINDOWS;
     }
 
+    /// Learn the reference from the windows of a phase that has ended, however few: the
+    /// windows that follow are judged against them at once, so that the phase the program
+    /// entered is seen as one (a search that saw its program's loads change chose from
+    /// the windows before the change).
+    pub fn learn_ended(&mut self, windows: &[(f64, f64)]) {
+        if windows.is_empty() {
+            return;
+        }
+        self.reset();
+        for &(ipc, mpki) in windows {
+            self.add(ipc, mpki);
+        }
+        self.seeded = true;
+    }
+
     /// Count a window of the reference.
     fn add(&mut self, ipc: f64, mpki: f64) {
         self.sum_ipc += ipc;

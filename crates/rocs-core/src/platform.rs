@@ -61,6 +61,16 @@ impl CounterDelta {
         }
     }
 
+    /// LLC references per thousand instructions: the program's loads that reach the LLC,
+    /// which its placement in the LLC does not change.
+    pub fn apki(&self) -> f64 {
+        if self.instructions == 0 {
+            0.0
+        } else {
+            self.llc_references as f64 * 1000.0 / self.instructions as f64
+        }
+    }
+
     /// True when the counters did not run the whole time they were enabled.
     pub fn multiplexed(&self) -> bool {
         self.time_running < self.time_enabled

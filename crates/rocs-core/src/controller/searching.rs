@@ -110,6 +110,12 @@ pub(super) struct SearchRun {
     unmoved_mpki: Vec<f64>,
     /// Each measured window's placement and the target's own IPC and MPKI in it.
     own_windows: Vec<(usize, f64, f64)>,
+    /// The window number and the target's LLC references per kilo-instruction of each
+    /// measured window (`own_windows`'s).
+    own_apki: Vec<(u64, f64)>,
+    /// The references per kilo-instruction changed during the search (see `mix_changed`),
+    /// from this to this: it chose from the windows before the change.
+    mix_changed: Option<(f64, f64)>,
     /// The search ended before its first move because the windows scatter too much to
     /// tell any gain the profile promises: the smallest relative gain they could tell.
     too_noisy: Option<f64>,
@@ -768,7 +774,8 @@ impl Controller {
         }
         self.skip_window = false;
         let worth = self.worth_profiling(delta);
-        let pid = self.pid;
+        let (pid, band, now) = (self.pid, self.knobs.phase_band, self.stats.windows);
+        let adaptive = self.knobs.search == SearchMode::Adaptive;
         let judge_now = match &mut self.stage {
             Stage::Search(run) => std::mem::take(&mut run.judge_pending),
             _ => false,
@@ -806,6 +813,7 @@ impl Controller {
             sum.instructions += delta.instructions;
             sum.cycles += delta.cycles;
             sum.llc_misses += delta.llc_misses;
+            sum.llc_references += delta.llc_references;
             if run.measure_cycles_left > 0 {
                 return;
             }
@@ -843,6 +851,24 @@ impl Controller {
         }
         run.measuring = None;
         run.own_windows.push((k, ipc, mpki));
+        run.own_apki.push((now, measured.apki()));
+        let apki: Vec<f64> = run.own_apki.iter().map(|w| w.1).collect();
+        if let Some(from) = mix_changed(&apki, band).filter(|_| adaptive) {
+            // Only the windows before the change compare placements within one phase
+            // (linear search is Algorithm 1 as the paper has it, and runs to its end).
+            let since = run.own_apki[from].0;
+            run.own_windows.truncate(from);
+            run.own_apki.truncate(from);
+            run.mix_changed = Some((apki[0], apki[apki.len() - 1]));
+            let search = self.search.as_mut().expect("searching");
+            search.forget_from(since);
+            let k = match search.measurements().best() {
+                Some((best, _)) if search.has_gain() => best,
+                _ => 0,
+            };
+            self.search_done(k, out);
+            return;
+        }
         if k == 0 {
             if worth {
                 run.baseline_loud += 1;
@@ -1042,11 +1068,14 @@ impl Controller {
             let run = self.run_mut_ref().expect("searching");
             // The kept placement's windows are the phase's reference: the windows after
             // the search may already be another phase.
+            // After a change of the program's loads, the windows before it are those of
+            // the phase that ended, at k = 0 too: the phase it entered is profiled.
+            let ended = run.mix_changed.is_some();
             let kept: Vec<(f64, f64)> = run
                 .own_windows
                 .iter()
                 .rev()
-                .filter(|w| k > 0 && w.0 == k)
+                .filter(|w| (k > 0 || ended) && w.0 == k)
                 .take(KEPT_REFERENCE_WINDOWS)
                 .map(|&(_, ipc, mpki)| (ipc, mpki))
                 .collect();
@@ -1117,12 +1146,22 @@ impl Controller {
                     reason += "; its profile had not seen the program whole: the attempt goes \
                                on once the target has run long enough to pay for the rest";
                 }
+            } else if let Some((from, to)) = run.mix_changed {
+                reason += &format!(
+                    "; the target's LLC references per 1000 instructions changed during the \
+                     search, from {from:.1} to {to:.1}: the program changed phase, and the \
+                     search chose from its windows before the change"
+                );
             } else if k == 0 && run.baseline_loud == 0 && run.baseline_quiet > 0 {
                 reason += "; at k = 0 the target missed too little to be worth profiling: nothing to gain";
             }
             self.enter_steady(reason, k > 0, out);
             if let Stage::Steady { phase, .. } = &mut self.stage {
-                phase.learn(&kept);
+                if ended {
+                    phase.learn_ended(&kept);
+                } else {
+                    phase.learn(&kept);
+                }
             }
         }
     }
@@ -1627,26 +1666,51 @@ fn for_others(context: &WindowContext) -> bool {
     context.group.is_some() && context.sharers_miss
 }
 
-/// Whether windows measured in a row at one placement (IPC and MPKI) left their first
-/// window's level and settled elsewhere: the last two agree within `band` and both lie
-/// outside it from the first, in IPC and in MPKI. A search's windows at k = 0 that do so
-/// measured a phase its profile did not see (random.md's run 479: a tenant profiled at
-/// IPC 0.16 and MPKI 18, whose search then read 0.016 and MPKI 345 twice, judged its
-/// windows too noisy to search, and stayed steady in that phase unprofiled, where the
-/// oracle made the pair 1.85 times as fast).
-fn changed_level(ipcs: &[f64], mpkis: &[f64], band: f64) -> bool {
-    let (&[ipc, .., ipc_a, ipc_b], &[mpki, .., mpki_a, mpki_b]) = (ipcs, mpkis) else {
+/// Whether `x` lies outside `band` of `from` (judged against at least `floor`).
+fn outside(from: f64, x: f64, band: f64, floor: f64) -> bool {
+    (x - from).abs() > band * from.max(floor)
+}
+
+/// Whether a series of windows' readings left the first window's level and settled
+/// elsewhere: the last two agree within `band` and both lie outside it from the first, on
+/// the same side (each judged against at least `floor`).
+fn left_level(series: &[f64], band: f64, floor: f64) -> bool {
+    let &[from, .., a, b] = series else {
         return false;
     };
-    // Outside `band` of `from` (MPKI judged against the phase detector's floor).
-    let outside = |from: f64, x: f64, floor: f64| (x - from).abs() > band * from.max(floor);
-    let settled = |from: f64, a: f64, b: f64, floor: f64| {
-        outside(from, a, floor)
-            && outside(from, b, floor)
-            && !outside(a, b, floor)
-            && (a > from) == (b > from)
-    };
-    settled(ipc, ipc_a, ipc_b, 0.0) && settled(mpki, mpki_a, mpki_b, MPKI_FLOOR)
+    outside(from, a, band, floor)
+        && outside(from, b, band, floor)
+        && !outside(a, b, band, floor)
+        && (a > from) == (b > from)
+}
+
+/// Whether windows measured in a row at one placement left their first window's level in
+/// IPC and in MPKI (see [`left_level`]). A search's windows at k = 0 that do so measured a
+/// phase its profile did not see (random.md's run 479: a tenant profiled at IPC 0.16 and
+/// MPKI 18, whose search then read 0.016 and MPKI 345 twice, judged its windows too noisy
+/// to search, and stayed steady in that phase unprofiled, where the oracle made the pair
+/// 1.85 times as fast).
+fn changed_level(ipcs: &[f64], mpkis: &[f64], band: f64) -> bool {
+    left_level(ipcs, band, 0.0) && left_level(mpkis, band, MPKI_FLOOR)
+}
+
+/// Where a search's measured windows' LLC references per kilo-instruction, in order, left
+/// the first window's level (see [`left_level`]), whatever the placements: the first of
+/// the windows outside it since the last within. The references are the loads that miss
+/// the caches above the LLC, which a placement in the LLC does not change: the program's
+/// mix changed, and the windows from there on measured another phase (random.md's run
+/// 274: a tenant's stream ended one window into its search's probe of k = 116, its
+/// references fell from 291 to 177 per kilo-instruction, and the probes' IPC 0.064 against
+/// k = 0's 0.048 was the next phase's, where k = 0 ran at 0.28; the search kept 172 pages,
+/// and the tenant ran at 0.818 of off).
+fn mix_changed(apki: &[f64], band: f64) -> Option<usize> {
+    if !left_level(apki, band, MPKI_FLOOR) {
+        return None;
+    }
+    let within = apki
+        .iter()
+        .rposition(|&x| !outside(apki[0], x, band, MPKI_FLOOR));
+    Some(within.map_or(0, |i| i + 1))
 }
 
 #[cfg(test)]
@@ -1756,5 +1820,27 @@ mod tests {
         // A stack where nothing hits has nothing reused.
         let streams = MissRateStack::from_entries(vec![entry(1, 0, 9), entry(2, 0, 1)]);
         assert_eq!(reused_loads(&streams), None);
+    }
+
+    #[test]
+    fn a_search_sees_its_programs_mix_change_only_once_it_settles() {
+        // Run 274's tenant: 291 references per kilo-instruction at k = 0, 177 from its
+        // probe of k = 116 on; the change began with the window that read 202.5.
+        assert_eq!(
+            mix_changed(&[290.1, 291.4, 202.5, 177.1, 177.0], 0.15),
+            Some(2)
+        );
+        // One window off is not a change, nor two that disagree, nor a return.
+        assert_eq!(mix_changed(&[290.1, 291.4, 177.1], 0.15), None);
+        assert_eq!(mix_changed(&[290.1, 177.1, 120.0], 0.15), None);
+        assert_eq!(mix_changed(&[290.1, 177.1, 291.0], 0.15), None);
+        assert_eq!(
+            mix_changed(&[290.1, 177.1, 291.0, 177.0, 176.0], 0.15),
+            Some(3)
+        );
+        // Within the band, however the placement moved the IPC.
+        assert_eq!(mix_changed(&[748.5, 748.6, 700.0, 690.0], 0.15), None);
+        // A program that reaches the LLC hardly at all: judged against the floor.
+        assert_eq!(mix_changed(&[0.1, 0.2, 0.25], 0.15), None);
     }
 }

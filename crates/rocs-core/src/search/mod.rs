@@ -75,6 +75,11 @@ impl Measurements {
         self.log.push(Measured { at, k, ipc });
     }
 
+    /// Forget the windows measured from window number `at` on.
+    fn forget_from(&mut self, at: u64) {
+        self.log.retain(|w| w.at < at);
+    }
+
     /// Every window in the order measured.
     pub fn in_order(&self) -> &[Measured] {
         &self.log
@@ -359,6 +364,12 @@ impl Search {
     /// time can be told from the effect of `k`).
     pub fn record_at(&mut self, at: u64, k: usize, ipc: f64) {
         self.measurements.record(at, k, ipc);
+    }
+
+    /// Forget the windows measured from window number `at` on (the program changed phase
+    /// there: they do not compare with the windows before).
+    pub fn forget_from(&mut self, at: u64) {
+        self.measurements.forget_from(at);
     }
 
     pub fn measurements(&self) -> &Measurements {
