@@ -62,7 +62,7 @@ impl CounterDelta {
     }
 
     /// LLC references per thousand instructions: the program's loads that reach the LLC,
-    /// which its placement in the LLC does not change.
+    /// which its placement in the LLC changes little.
     pub fn apki(&self) -> f64 {
         if self.instructions == 0 {
             0.0

@@ -27,7 +27,7 @@ pub struct WindowLine {
     pub ipc: f64,
     pub llc_mpki: f64,
     /// LLC references per 1000 instructions: the program's mix of loads above the LLC,
-    /// which no placement changes.
+    /// which a placement in the LLC changes little.
     pub llc_apki: f64,
 }
 

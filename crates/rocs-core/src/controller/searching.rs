@@ -1697,12 +1697,13 @@ fn changed_level(ipcs: &[f64], mpkis: &[f64], band: f64) -> bool {
 /// Where a search's measured windows' LLC references per kilo-instruction, in order, left
 /// the first window's level (see [`left_level`]), whatever the placements: the first of
 /// the windows outside it since the last within. The references are the loads that miss
-/// the caches above the LLC, which a placement in the LLC does not change: the program's
-/// mix changed, and the windows from there on measured another phase (random.md's run
-/// 274: a tenant's stream ended one window into its search's probe of k = 116, its
-/// references fell from 291 to 177 per kilo-instruction, and the probes' IPC 0.064 against
-/// k = 0's 0.048 was the next phase's, where k = 0 ran at 0.28; the search kept 172 pages,
-/// and the tenant ran at 0.818 of off).
+/// the caches above the LLC, which a placement in the LLC changes little (only through a
+/// private cache whose sets the pollute colours also narrow): the program's mix changed,
+/// and the windows from there on measured another phase (random.md's run 274: a tenant's
+/// stream ended one window into its search's probe of k = 116, its references fell from
+/// 291 to 177 per kilo-instruction, and the probes' IPC 0.064 against k = 0's 0.048 was
+/// the next phase's, where k = 0 ran at 0.28; the search kept 172 pages, and the tenant
+/// ran at 0.818 of off).
 fn mix_changed(apki: &[f64], band: f64) -> Option<usize> {
     if !left_level(apki, band, MPKI_FLOOR) {
         return None;
