@@ -80,11 +80,7 @@ impl PhaseDetector {
         if windows.len() < 2 {
             return;
         }
-        self.reset();
-        for &(ipc, mpki) in windows {
-            self.add(ipc, mpki);
-        }
-        self.seeded = true;
+        self.seed(windows);
         self.provisional = REFERENCE_WINDOWS;
     }
 
@@ -93,9 +89,13 @@ impl PhaseDetector {
     /// entered is seen as one (a search that saw its program's loads change chose from
     /// the windows before the change).
     pub fn learn_ended(&mut self, windows: &[(f64, f64)]) {
-        if windows.is_empty() {
-            return;
+        if !windows.is_empty() {
+            self.seed(windows);
         }
+    }
+
+    /// A reference of exactly these windows.
+    fn seed(&mut self, windows: &[(f64, f64)]) {
         self.reset();
         for &(ipc, mpki) in windows {
             self.add(ipc, mpki);
