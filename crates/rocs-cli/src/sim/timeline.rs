@@ -79,8 +79,8 @@ impl TimelineReport {
     pub fn text(&self) -> String {
         let mut out = format!(
             "rocs, window by window ({} cycles each): per process, IPC, LLC misses and \
-             references per 1000 instructions in the window, then the controller's state and pages confined \
-             once it had seen it; its events beneath\n",
+             references per 1000 instructions in the window, then the controller's state \
+             and pages confined once it had seen it; its events beneath\n",
             self.window_cycles
         );
         out += &format!(

@@ -64,6 +64,17 @@ enum Scatter {
     TooNoisy(f64),
 }
 
+/// One measured window of a search: its number, its placement, and the target's own IPC,
+/// MPKI and LLC references per kilo-instruction in it.
+#[derive(Clone, Copy, Debug)]
+struct OwnWindow {
+    at: u64,
+    k: usize,
+    ipc: f64,
+    mpki: f64,
+    apki: f64,
+}
+
 /// What a search in progress needs besides the [`Search`] itself.
 #[derive(Clone, Debug, Default)]
 pub(super) struct SearchRun {
@@ -108,11 +119,8 @@ pub(super) struct SearchRun {
     unmoved: Vec<f64>,
     /// The MPKI of the `unmoved` windows.
     unmoved_mpki: Vec<f64>,
-    /// Each measured window's placement and the target's own IPC and MPKI in it.
-    own_windows: Vec<(usize, f64, f64)>,
-    /// The window number and the target's LLC references per kilo-instruction of each
-    /// measured window (`own_windows`'s).
-    own_apki: Vec<(u64, f64)>,
+    /// Each measured window of the target's own.
+    own_windows: Vec<OwnWindow>,
     /// The references per kilo-instruction changed during the search (see `mix_changed`),
     /// from this to this: it chose from the windows before the change.
     mix_changed: Option<(f64, f64)>,
@@ -850,15 +858,19 @@ impl Controller {
             }
         }
         run.measuring = None;
-        run.own_windows.push((k, ipc, mpki));
-        run.own_apki.push((now, measured.apki()));
-        let apki: Vec<f64> = run.own_apki.iter().map(|w| w.1).collect();
+        run.own_windows.push(OwnWindow {
+            at: now,
+            k,
+            ipc,
+            mpki,
+            apki: measured.apki(),
+        });
+        let apki: Vec<f64> = run.own_windows.iter().map(|w| w.apki).collect();
         if let Some(from) = mix_changed(&apki, band).filter(|_| adaptive) {
             // Only the windows before the change compare placements within one phase
             // (linear search is Algorithm 1 as the paper has it, and runs to its end).
-            let since = run.own_apki[from].0;
+            let since = run.own_windows[from].at;
             run.own_windows.truncate(from);
-            run.own_apki.truncate(from);
             run.mix_changed = Some((apki[0], apki[apki.len() - 1]));
             let search = self.search.as_mut().expect("searching");
             search.forget_from(since);
@@ -1067,17 +1079,17 @@ impl Controller {
         if self.move_towards(k, true, out) {
             let run = self.run_mut_ref().expect("searching");
             // The kept placement's windows are the phase's reference: the windows after
-            // the search may already be another phase.
-            // After a change of the program's loads, the windows before it are those of
-            // the phase that ended, at k = 0 too: the phase it entered is profiled.
+            // the search may already be another phase. After a change of the program's
+            // loads, they are the ended phase's, at k = 0 too, so that the phase the
+            // program entered is profiled.
             let ended = run.mix_changed.is_some();
             let kept: Vec<(f64, f64)> = run
                 .own_windows
                 .iter()
                 .rev()
-                .filter(|w| (k > 0 || ended) && w.0 == k)
+                .filter(|w| (k > 0 || ended) && w.k == k)
                 .take(KEPT_REFERENCE_WINDOWS)
-                .map(|&(_, ipc, mpki)| (ipc, mpki))
+                .map(|w| (w.ipc, w.mpki))
                 .collect();
             if let Some(reason) = run.abandoned {
                 self.spending.end(false);
