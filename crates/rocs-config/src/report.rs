@@ -1,6 +1,7 @@
 //! What rocs says about its targets, in words: rocsd's journal lines, `rocsctl history`'s,
 //! and `rocsctl sim run --timeline`'s. Every controller event is written here, once.
 
+use rocs_core::search::{BlocksWhy, GainCheck};
 use rocs_core::{Errno, EventKind, Pid, Placement};
 
 /// A short kind and a sentence for people, for the journal and `rocsctl history`; `shown`
@@ -136,6 +137,59 @@ pub fn describe(kind: &EventKind, shown: &dyn Fn(Pid) -> Pid) -> (&'static str, 
             ("colours", text)
         }
         EventKind::Restored => ("restore", "every confined page is back".to_string()),
+        EventKind::SearchChecks { check } => ("search", gain_check(check)),
+    }
+}
+
+/// Why a search checks its best point against drift, and how.
+fn gain_check(check: &GainCheck) -> String {
+    let blocks = |k: usize| {
+        format!(
+            "verified in balanced blocks against k = 0, each moving its {} there and back",
+            count(k, "page", "pages")
+        )
+    };
+    match *check {
+        GainCheck::Revisit { k, at, gain, apart } => format!(
+            "k = {k} beat k = 0 by {gain:.4} IPC beyond noise, {apart:.0} windows after k = 0's \
+             windows: to tell that from a drift, k = {at} ({} away, first measured long \
+             before) is measured again",
+            count(k.abs_diff(at), "page", "pages")
+        ),
+        GainCheck::Blocks { k, why } => {
+            let reason = match why {
+                BlocksWhy::Trend => format!(
+                    "the trend of IPC before the search, carried forward, explains k = {k}'s lead"
+                ),
+                BlocksWhy::DriftUnknown => format!(
+                    "k = {k} beat k = 0 beyond noise, but too few windows before the search \
+                     tell how fast IPC drifts by itself"
+                ),
+                BlocksWhy::Drift {
+                    gain,
+                    drift,
+                    apart,
+                    reach,
+                } => format!(
+                    "k = {k} beat k = 0 by {gain:.4} IPC beyond noise, {apart:.0} windows after \
+                     k = 0's windows, and a drift as fast as before the search ({drift:.5} a \
+                     window) could explain that; no point first measured long enough before \
+                     lies within {} of it to measure again instead",
+                    count(reach, "page", "pages")
+                ),
+                BlocksWhy::Revisited {
+                    at,
+                    gain,
+                    drift,
+                    apart,
+                } => format!(
+                    "k = {at}, measured again, moved {drift:.5} IPC a window, noise included: \
+                     over the {apart:.0} windows between k = 0's and k = {k}'s, enough to \
+                     explain k = {k}'s lead of {gain:.4} beyond noise"
+                ),
+            };
+            format!("{reason}: {}", blocks(k))
+        }
     }
 }
 
@@ -229,6 +283,44 @@ mod tests {
             text,
             "k = 64: IPC 0.500, MPKI 12.00, LLC group score 1.200 (pid 7 +0.0%, pid 8 +33.0%, \
              pid 1002 +600.0% in another phase, not counted)"
+        );
+    }
+
+    #[test]
+    fn a_search_checking_its_gain_says_why_it_pays_for_the_balanced_blocks() {
+        let blocks = EventKind::SearchChecks {
+            check: GainCheck::Blocks {
+                k: 126_024,
+                why: BlocksWhy::Drift {
+                    gain: 0.0123,
+                    drift: 0.00041,
+                    apart: 42.0,
+                    reach: 8_192,
+                },
+            },
+        };
+        let (kind, text) = describe(&blocks, &|p| p);
+        assert_eq!(kind, "search");
+        assert_eq!(
+            text,
+            "k = 126024 beat k = 0 by 0.0123 IPC beyond noise, 42 windows after k = 0's \
+             windows, and a drift as fast as before the search (0.00041 a window) could \
+             explain that; no point first measured long enough before lies within 8192 pages \
+             of it to measure again instead: verified in balanced blocks against k = 0, each \
+             moving its 126024 pages there and back"
+        );
+        let revisit = EventKind::SearchChecks {
+            check: GainCheck::Revisit {
+                k: 650,
+                at: 600,
+                gain: 0.19,
+                apart: 5.5,
+            },
+        };
+        let (_, text) = describe(&revisit, &|p| p);
+        assert!(
+            text.contains("k = 600 (50 pages away, first measured long before) is measured again"),
+            "{text}"
         );
     }
 

@@ -6,6 +6,7 @@ use std::collections::BTreeSet;
 use serde::{Deserialize, Serialize};
 
 use super::SharedSpending;
+use crate::search::GainCheck;
 use crate::{
     CounterDelta, Errno, MemSample, PageResult, Pid, Placement, SampleLoss, SamplingPlan, VirtPage,
 };
@@ -184,6 +185,9 @@ pub enum EventKind {
     /// The target has reason to profile (`reason`), but another target of the same LLC
     /// (`holder`, a platform pid: the driver names it as users know it) holds the turn.
     Waiting { holder: Pid, reason: String },
+    /// The search's best point beat k = 0, and is checked against drift before it is
+    /// kept: how, and why that way.
+    SearchChecks { check: GainCheck },
     /// The search chose `k`.
     SearchDone {
         k: usize,

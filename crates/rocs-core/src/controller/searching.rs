@@ -936,6 +936,9 @@ impl Controller {
             None => {
                 let first_probe = run.moved_at.is_none();
                 let next = search.next_step();
+                if let Some(check) = search.take_check() {
+                    self.event(EventKind::SearchChecks { check }, out);
+                }
                 self.affordable(next, first_probe)
             }
         };

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Measured, Measurements, Next};
+use super::{BlocksWhy, GainCheck, Measured, Measurements, Next};
 
 /// Adaptive search: k = 0 always competes. A coarse pass measures the region boundaries of
 /// the stack in order (IPC(k) bends where the miss-rate class changes, and is close to
@@ -48,6 +48,9 @@ pub struct AdaptiveSearch {
     #[serde(default)]
     page_budget: usize,
     stage: Stage,
+    /// How the search began to check a gain, until the controller takes it to report.
+    #[serde(skip)]
+    check: Option<GainCheck>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -200,6 +203,7 @@ impl AdaptiveSearch {
             trend: None,
             page_budget,
             stage: Stage::Baseline,
+            check: None,
         }
     }
 
@@ -246,6 +250,11 @@ impl AdaptiveSearch {
         self.boundaries.retain(|&b| b < k);
         self.coarse = vec![k];
         self.tolerance = k.div_ceil(16).max(1);
+    }
+
+    /// See [`super::Search::take_check`].
+    pub fn take_check(&mut self) -> Option<GainCheck> {
+        self.check.take()
     }
 
     /// See [`super::Search::judged_by_group`].
@@ -401,6 +410,10 @@ impl AdaptiveSearch {
             match flow {
                 Flow::Ask(next) => return next,
                 Flow::Go(stage) => self.stage = stage,
+                Flow::Check(check, stage) => {
+                    self.check = Some(check);
+                    self.stage = stage;
+                }
             }
         }
     }
@@ -539,8 +552,9 @@ impl AdaptiveSearch {
             // noise).
             let apart =
                 (mean_time(m, best).expect("measured") - mean_time(m, 0).expect("measured")).abs();
+            let gain = best_ipc - base - margin;
             if let Some(bound) = self.drift_bound.filter(|_| !trend_explains) {
-                if best_ipc - base - margin > bound * apart {
+                if gain > bound * apart {
                     if m.count(best) < 2 && self.max_repeats >= 2 {
                         return Flow::Ask(Next::Measure(best));
                     }
@@ -550,13 +564,30 @@ impl AdaptiveSearch {
             if !trend_explains {
                 if let Some(at) = self.revisit_point(m, best, apart) {
                     let from = m.in_order().len();
-                    return Flow::Go(Stage::Revisit { k: best, at, from });
+                    let check = GainCheck::Revisit {
+                        k: best,
+                        at,
+                        gain,
+                        apart,
+                    };
+                    return Flow::Check(check, Stage::Revisit { k: best, at, from });
                 }
             }
+            let why = match self.drift_bound {
+                _ if trend_explains => BlocksWhy::Trend,
+                None => BlocksWhy::DriftUnknown,
+                Some(drift) => BlocksWhy::Drift {
+                    gain,
+                    drift,
+                    apart,
+                    reach: self.revisit_reach(best),
+                },
+            };
             // The last window, if it was at `best`, opens the first block.
             let log = m.in_order();
             let from = log.len() - usize::from(log.last().is_some_and(|w| w.k == best));
-            return Flow::Go(Stage::Verify { k: best, from });
+            let check = GainCheck::Blocks { k: best, why };
+            return Flow::Check(check, Stage::Verify { k: best, from });
         }
         let k = if m.count(best) <= m.count(0) { best } else { 0 };
         if m.count(k) < self.max_repeats {
@@ -598,13 +629,18 @@ impl AdaptiveSearch {
             let noise_alone = z * sigma * (1.0 / m.count(x).max(1) as f64 + 1.0).sqrt();
             span > 0.0 && gain > noise_alone / span * apart
         };
-        let reach = (2 * self.page_budget).min(k / 4);
+        let reach = self.revisit_reach(k);
         m.iter()
             .map(|(x, _, _)| x)
             .filter(|&x| x != 0 && x != k && x.abs_diff(k) <= reach)
             .filter(|&x| first_seen(x).is_some_and(|t| now - t >= apart / 2.0))
             .filter(|&x| could_settle(x))
             .min_by_key(|&x| x.abs_diff(k))
+    }
+
+    /// How far from `k` a revisit may go: two windows' moves, and a quarter of `k`.
+    fn revisit_reach(&self, k: usize) -> usize {
+        (2 * self.page_budget).min(k / 4)
     }
 
     /// [`Stage::Revisit`]: once `at` is measured again, the drift per window there (its
@@ -627,10 +663,11 @@ impl AdaptiveSearch {
         let Some(late) = windows(since) else {
             return Flow::Ask(Next::Measure(at));
         };
-        let verify = Flow::Go(Stage::Verify {
+        let blocks = Stage::Verify {
             k,
             from: log.len() - usize::from(log.last().is_some_and(|w| w.k == k)),
-        });
+        };
+        let verify = Flow::Go(blocks.clone());
         let (Some(early), Some((sigma, dof))) = (windows(before), m.noise()) else {
             return verify;
         };
@@ -645,8 +682,15 @@ impl AdaptiveSearch {
             return verify;
         };
         let apart = (mean_time(m, k).expect("measured") - mean_time(m, 0).expect("measured")).abs();
-        if best - base - self.margin(m, k, 0) <= drift * apart {
-            return verify;
+        let gain = best - base - self.margin(m, k, 0);
+        if gain <= drift * apart {
+            let why = BlocksWhy::Revisited {
+                at,
+                gain,
+                drift,
+                apart,
+            };
+            return Flow::Check(GainCheck::Blocks { k, why }, blocks);
         }
         if m.count(k) < 2 && self.max_repeats >= 2 {
             return Flow::Ask(Next::Measure(k));
@@ -890,4 +934,6 @@ fn invert3(a: &[[f64; 3]; 3]) -> Option<[[f64; 3]; 3]> {
 enum Flow {
     Ask(Next),
     Go(Stage),
+    /// Go to a stage that checks a gain against drift, and say how and why.
+    Check(GainCheck, Stage),
 }

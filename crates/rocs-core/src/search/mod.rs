@@ -23,6 +23,55 @@ pub enum Next {
     Done(usize),
 }
 
+/// How a search checks that a gain it measured is its placement's and not a drift of the
+/// program's own pace over the windows between k = 0's and the best point's, and why it
+/// checks that way: a check by balanced blocks moves every page of `k` to k = 0 and back
+/// once a block, which on a large placement takes dozens of windows.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "check", rename_all = "snake_case")]
+pub enum GainCheck {
+    /// `at`, a point near `k` first measured long before, is measured again: how far IPC
+    /// moved there over that time bounds the drift. `gain`: `k`'s lead over k = 0 beyond
+    /// noise; `apart`: windows between k = 0's and `k`'s.
+    Revisit {
+        k: usize,
+        at: usize,
+        gain: f64,
+        apart: f64,
+    },
+    /// Windows at `k` and k = 0 in balanced blocks.
+    Blocks { k: usize, why: BlocksWhy },
+}
+
+/// Why [`GainCheck::Blocks`].
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "why", rename_all = "snake_case")]
+pub enum BlocksWhy {
+    /// IPC rose or fell by itself before the search, and that trend carried forward to
+    /// `k`'s windows reaches `k`'s IPC.
+    Trend,
+    /// Too few windows before the search to say how fast IPC drifts by itself.
+    DriftUnknown,
+    /// A drift as fast as the one before the search (`drift` IPC a window, at most) over
+    /// the `apart` windows between k = 0's and `k`'s could explain `gain`, `k`'s lead
+    /// beyond noise; and no point first measured long enough before lies within `reach`
+    /// pages of `k` to be measured again instead.
+    Drift {
+        gain: f64,
+        drift: f64,
+        apart: f64,
+        reach: usize,
+    },
+    /// `at`, measured again, moved `drift` IPC a window (noise included): over `apart`
+    /// windows enough to explain `gain`.
+    Revisited {
+        at: usize,
+        gain: f64,
+        drift: f64,
+        apart: f64,
+    },
+}
+
 /// Windows measured at each `k`, and what they say.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Measurements {
@@ -343,6 +392,12 @@ impl Search {
         }
     }
 
+    /// How the search began to check a gain against drift since this was last asked, if
+    /// it did (adaptive search).
+    pub fn take_check(&mut self) -> Option<GainCheck> {
+        self.adaptive.as_mut().and_then(AdaptiveSearch::take_check)
+    }
+
     /// What to do next. Asking again without recording returns the same request.
     pub fn next_step(&mut self) -> Next {
         match (&mut self.linear, &mut self.adaptive) {
@@ -651,6 +706,118 @@ mod tests {
         let warming = |k: usize, t: usize| peak(k) + 0.02 * t as f64;
         let (_, log) = run_logged(search(), warming);
         assert!(log.iter().rposition(|&k| k == 0) > Some(1), "{log:?}");
+    }
+
+    /// The checks a search reported, in order, and its choice.
+    fn checks_of(mut s: Search, f: impl Fn(usize, usize) -> f64) -> (usize, Vec<GainCheck>) {
+        let (mut t, mut checks) = (0, Vec::new());
+        loop {
+            let next = s.next_step();
+            checks.extend(s.take_check());
+            match next {
+                Next::Measure(k) => {
+                    assert!(t < 1000, "search does not end");
+                    s.record(k, f(k, t));
+                    t += 1;
+                }
+                Next::Done(k) => return (k, checks),
+            }
+        }
+    }
+
+    #[test]
+    fn a_search_says_how_it_checks_a_gain_against_drift_and_why() {
+        // The peak of the test above. The timeline and rocsd's journal tell from these why a
+        // search went on to the balanced blocks (zen4-like's cg-like spends 62 windows on
+        // one block's trip to k = 0 and back).
+        let regions = vec![100, 500, 550, 600, 650, 700, 800];
+        let peak = |k: usize| {
+            let x = k as f64 / 1000.0;
+            if x <= 0.65 {
+                1.0 + 0.3 * x
+            } else {
+                1.195 - 0.8 * (x - 0.65)
+            }
+        };
+        let search = |page_budget| {
+            let knobs = Knobs {
+                page_budget,
+                ..Knobs::default()
+            };
+            Search::new(&knobs, 1000, regions.clone())
+        };
+        let noisy_drift = [(0, 1.0), (1, 1.03), (2, 0.99), (3, 1.04)];
+        // A point near the best, measured long before, is measured again...
+        let (k, checks) = checks_of(search(100), |k, _| peak(k));
+        assert_eq!(k, 650);
+        assert!(
+            matches!(
+                checks[..],
+                [GainCheck::Revisit {
+                    k: 650,
+                    at: 600,
+                    ..
+                }]
+            ),
+            "{checks:?}"
+        );
+        // ... and moved too much in between: the blocks, and why.
+        let (_, checks) = checks_of(search(100), |k, t| peak(k) + 0.02 * t as f64);
+        assert!(
+            matches!(
+                checks[..],
+                [
+                    GainCheck::Revisit { k: 650, .. },
+                    GainCheck::Blocks {
+                        k: 650,
+                        why: BlocksWhy::Revisited { at: 600, .. }
+                    }
+                ]
+            ),
+            "{checks:?}"
+        );
+        // No point within two windows' moves (20 pages) to measure again: the drift the
+        // windows before the search allow, over the windows between, is why.
+        let mut s = search(10);
+        s.drift_before(&noisy_drift);
+        let (_, checks) = checks_of(s, |k, t| peak(k) + 0.01 * t as f64);
+        assert!(
+            matches!(
+                checks[..],
+                [GainCheck::Blocks {
+                    k: 650,
+                    why: BlocksWhy::Drift { reach: 20, .. }
+                }]
+            ),
+            "{checks:?}"
+        );
+        // Nothing known of the drift before the search.
+        let (_, checks) = checks_of(search(10), |k, t| peak(k) + 0.01 * t as f64);
+        assert!(
+            matches!(
+                checks[..],
+                [GainCheck::Blocks {
+                    why: BlocksWhy::DriftUnknown,
+                    ..
+                }]
+            ),
+            "{checks:?}"
+        );
+        // A rising trend before the search explains the whole stack's lead.
+        let mut s = Search::new(&Knobs::default(), 1000, vec![600]);
+        s.trend_before(&[1.0, 1.02, 1.04, 1.06, 1.08]);
+        let (k, checks) = checks_of(s, |_, t| 1.1 + 0.02 * t as f64);
+        assert_eq!(k, 0);
+        assert!(
+            matches!(
+                checks[..],
+                [GainCheck::Blocks {
+                    why: BlocksWhy::Trend,
+                    ..
+                }]
+            ),
+            "{checks:?}"
+        );
     }
 
     #[test]
