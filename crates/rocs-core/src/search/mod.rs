@@ -449,17 +449,41 @@ mod tests {
     }
 
     /// [`run_in_time`], with the `k` of each window measured, in order.
-    fn run_logged(mut s: Search, f: impl Fn(usize, usize) -> f64) -> (usize, Vec<usize>) {
-        let mut log = Vec::new();
+    fn run_logged(s: Search, f: impl Fn(usize, usize) -> f64) -> (usize, Vec<usize>) {
+        let (k, log, _) = run_checked(s, f);
+        (k, log)
+    }
+
+    /// [`run_logged`], with the checks of a gain against drift the search reported.
+    fn run_checked(
+        mut s: Search,
+        f: impl Fn(usize, usize) -> f64,
+    ) -> (usize, Vec<usize>, Vec<GainCheck>) {
+        let (mut log, mut checks) = (Vec::new(), Vec::new());
         loop {
-            match s.next_step() {
+            let next = s.next_step();
+            checks.extend(s.take_check());
+            match next {
                 Next::Measure(k) => {
                     assert!(log.len() < 1000, "search does not end");
                     s.record(k, f(k, log.len()));
                     log.push(k);
                 }
-                Next::Done(k) => return (k, log),
+                Next::Done(k) => return (k, log, checks),
             }
+        }
+    }
+
+    /// Regions that climb to a peak at 650 of 1000 pages in steps of 50, and the IPC there
+    /// (as zen4-like's art-like climbs its 128 MiB stream).
+    const PEAK_REGIONS: [usize; 7] = [100, 500, 550, 600, 650, 700, 800];
+
+    fn peak(k: usize) -> f64 {
+        let x = k as f64 / 1000.0;
+        if x <= 0.65 {
+            1.0 + 0.3 * x
+        } else {
+            1.195 - 0.8 * (x - 0.65)
         }
     }
 
@@ -678,9 +702,8 @@ mod tests {
 
     #[test]
     fn a_gain_far_from_k0_is_confirmed_by_measuring_again_a_point_near_it() {
-        // The stack's regions climb to a peak at 650 of 1000 pages in steps of 50 (as
-        // zen4-like's art-like climbs its 128 MiB stream), 100 pages moved a window, and
-        // nothing known of the drift before the search. The balanced blocks would move
+        // The stack's regions climb to a peak (`PEAK_REGIONS`), 100 pages moved a window,
+        // and nothing known of the drift before the search. The balanced blocks would move
         // the pages to k = 0 and back; a point near the best, measured long before and
         // again now, shows that IPC does not drift, so the gain stands without going back
         // to k = 0.
@@ -688,16 +711,7 @@ mod tests {
             page_budget: 100,
             ..Knobs::default()
         };
-        let regions = vec![100, 500, 550, 600, 650, 700, 800];
-        let peak = |k: usize| {
-            let x = k as f64 / 1000.0;
-            if x <= 0.65 {
-                1.0 + 0.3 * x
-            } else {
-                1.195 - 0.8 * (x - 0.65)
-            }
-        };
-        let search = || Search::new(&knobs, 1000, regions.clone());
+        let search = || Search::new(&knobs, 1000, PEAK_REGIONS.to_vec());
         let (k, log) = run_logged(search(), |k, _| peak(k));
         assert_eq!(k, 650, "windows {log:?}");
         let last_k0 = log.iter().rposition(|&k| k == 0).expect("k = 0 measured");
@@ -709,20 +723,9 @@ mod tests {
     }
 
     /// The checks a search reported, in order, and its choice.
-    fn checks_of(mut s: Search, f: impl Fn(usize, usize) -> f64) -> (usize, Vec<GainCheck>) {
-        let (mut t, mut checks) = (0, Vec::new());
-        loop {
-            let next = s.next_step();
-            checks.extend(s.take_check());
-            match next {
-                Next::Measure(k) => {
-                    assert!(t < 1000, "search does not end");
-                    s.record(k, f(k, t));
-                    t += 1;
-                }
-                Next::Done(k) => return (k, checks),
-            }
-        }
+    fn checks_of(s: Search, f: impl Fn(usize, usize) -> f64) -> (usize, Vec<GainCheck>) {
+        let (k, _, checks) = run_checked(s, f);
+        (k, checks)
     }
 
     #[test]
@@ -730,21 +733,12 @@ mod tests {
         // The peak of the test above. The timeline and rocsd's journal tell from these why a
         // search went on to the balanced blocks (zen4-like's cg-like spends 62 windows on
         // one block's trip to k = 0 and back).
-        let regions = vec![100, 500, 550, 600, 650, 700, 800];
-        let peak = |k: usize| {
-            let x = k as f64 / 1000.0;
-            if x <= 0.65 {
-                1.0 + 0.3 * x
-            } else {
-                1.195 - 0.8 * (x - 0.65)
-            }
-        };
         let search = |page_budget| {
             let knobs = Knobs {
                 page_budget,
                 ..Knobs::default()
             };
-            Search::new(&knobs, 1000, regions.clone())
+            Search::new(&knobs, 1000, PEAK_REGIONS.to_vec())
         };
         let noisy_drift = [(0, 1.0), (1, 1.03), (2, 0.99), (3, 1.04)];
         // A point near the best, measured long before, is measured again...
