@@ -32,6 +32,8 @@ struct FakeMachine {
     moved_at: Vec<(u64, usize)>,
     /// Targets whose every sample misses: pages that only stream, nothing reused.
     stream_only: BTreeSet<Pid>,
+    /// Instructions per LLC reference (half of them miss).
+    instructions_per_reference: u64,
 }
 
 impl FakeMachine {
@@ -45,6 +47,7 @@ impl FakeMachine {
             windows: 0,
             moved_at: Vec::new(),
             stream_only: BTreeSet::new(),
+            instructions_per_reference: 20,
         }
     }
 
@@ -88,7 +91,10 @@ impl Sampler for FakeMachine {
 impl Counters for FakeMachine {
     type Error = Infallible;
     fn read(&mut self, pid: Pid) -> Result<CounterDelta, Infallible> {
-        Ok(delta((self.ipc)(pid, self)))
+        let mut d = delta((self.ipc)(pid, self));
+        d.llc_references = d.instructions / self.instructions_per_reference;
+        d.llc_misses = d.llc_references / 2;
+        Ok(d)
     }
 }
 
@@ -569,6 +575,43 @@ fn a_move_that_costs_several_windows_is_not_measured_until_paid() {
         big > 0,
         "no move costs more than a window: the test shows nothing"
     );
+}
+
+#[test]
+fn a_stack_that_takes_long_to_place_is_measured_over_passes() {
+    // The fake target's 64 pages are a loop: on an LLC of 16 pages (64 lines each) at one
+    // LLC reference every 400 instructions and IPC 0.5, a pass over them takes 3.3
+    // windows. Placed 4 pages a window, the stack takes 16 windows to place, and each
+    // point is measured over a pass (zen4-like's cg-like: 48 windows to place, windows that
+    // cycle with its passes); placed within a window, window by window.
+    let k0_windows = |page_budget| {
+        let mut d = Domain::new(FakeMachine::new(&[(1, 0x1000)], |_, _| 0.5));
+        d.machine.instructions_per_reference = 400;
+        let knobs = Knobs {
+            page_budget,
+            ..d.engine.controller(1).expect("attached").knobs().clone()
+        };
+        let mut c = Controller::new(1, knobs, SHIFT, COLOURS).expect("valid knobs");
+        c.set_llc(&rocs_core::CacheGeometry::new(64, 1024, 1, 1, 1 << SHIFT).expect("valid"));
+        d.engine.attach(c);
+        for _ in 0..40 {
+            d.window();
+        }
+        let at: Vec<u64> = d
+            .engine
+            .controller(1)
+            .expect("attached")
+            .history()
+            .filter(|e| matches!(e.kind, EventKind::SearchStep { k: 0, .. }))
+            .map(|e| e.window)
+            .take(2)
+            .collect();
+        assert_eq!(at.len(), 2, "k = 0 measured twice");
+        at[1] - at[0]
+    };
+    assert_eq!(k0_windows(4096), 1);
+    let apart = k0_windows(4);
+    assert_eq!(apart, 4, "k = 0 measured over a pass, of four windows");
 }
 
 #[test]
