@@ -137,12 +137,18 @@ fn delta(ipc: f64) -> CounterDelta {
 }
 
 fn controller(pid: Pid) -> Controller {
-    let knobs = Knobs {
+    controller_with(pid, |_| {})
+}
+
+/// [`controller`], its knobs set by `set`.
+fn controller_with(pid: Pid, set: impl FnOnce(&mut Knobs)) -> Controller {
+    let mut knobs = Knobs {
         profile_windows: 1,
         min_samples_per_page: 1,
         pollute_colours: rocs_core::PolluteColours::Set(vec![0]),
         ..Knobs::default()
     };
+    set(&mut knobs);
     Controller::new(pid, knobs, SHIFT, COLOURS).expect("valid knobs")
 }
 
@@ -405,10 +411,7 @@ fn searched_by_the_streamer_with(
     set: impl FnOnce(&mut Knobs),
 ) -> Domain {
     let mut d = Domain::new(FakeMachine::new(&[(1, 0x1000), (2, 0x2000)], ipc));
-    let mut knobs = d.engine.controller(1).expect("attached").knobs().clone();
-    set(&mut knobs);
-    d.engine
-        .attach(Controller::new(1, knobs, SHIFT, COLOURS).expect("valid knobs"));
+    d.engine.attach(controller_with(1, set));
     for _ in 0..80 {
         d.window();
     }
@@ -527,12 +530,8 @@ fn a_move_that_costs_several_windows_is_not_measured_until_paid() {
     // Windows after a move: those its cycles fill are skipped (6 for 64 pages), and one more
     // for the moved pages to warm up (settle_windows).
     let mut d = Domain::new(FakeMachine::new(&[(1, 0x1000)], |_, _| 0.5));
-    let knobs = Knobs {
-        migration_cost_cycles: 100_000,
-        ..d.engine.controller(1).expect("attached").knobs().clone()
-    };
     d.engine
-        .attach(Controller::new(1, knobs, SHIFT, COLOURS).expect("valid knobs"));
+        .attach(controller_with(1, |k| k.migration_cost_cycles = 100_000));
     for _ in 0..60 {
         d.window();
     }
@@ -587,11 +586,7 @@ fn a_stack_that_takes_long_to_place_is_measured_over_passes() {
     let k0_windows = |page_budget| {
         let mut d = Domain::new(FakeMachine::new(&[(1, 0x1000)], |_, _| 0.5));
         d.machine.instructions_per_reference = 400;
-        let knobs = Knobs {
-            page_budget,
-            ..d.engine.controller(1).expect("attached").knobs().clone()
-        };
-        let mut c = Controller::new(1, knobs, SHIFT, COLOURS).expect("valid knobs");
+        let mut c = controller_with(1, |k| k.page_budget = page_budget);
         c.set_llc(&rocs_core::CacheGeometry::new(64, 1024, 1, 1, 1 << SHIFT).expect("valid"));
         d.engine.attach(c);
         for _ in 0..40 {
@@ -854,10 +849,8 @@ fn a_search_only_for_a_sharers_gain_is_bounded_by_the_least_promise_worth_a_sear
     let mut machine = FakeMachine::new(&[(1, 0x1000), (2, 0x2000)], ipc);
     machine.stream_only.insert(1);
     let mut d = Domain::new(machine);
-    let mut knobs = d.engine.controller(1).expect("attached").knobs().clone();
-    knobs.migration_cost_cycles = 100_000;
     d.engine
-        .attach(Controller::new(1, knobs, SHIFT, COLOURS).expect("valid knobs"));
+        .attach(controller_with(1, |k| k.migration_cost_cycles = 100_000));
     for _ in 0..80 {
         d.window();
         if d.state(1) == State::Steady {

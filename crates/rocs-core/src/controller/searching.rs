@@ -97,7 +97,8 @@ pub(super) struct SearchRun {
     /// A loop fit's `k` and the cycles one pass of its loop takes: the loop fit settles
     /// for a pass after its move, and one pass is one measurement of it.
     loop_pass: Option<(usize, u64)>,
-    /// Cycles of the pass being measured still to run (see `measured_over_a_pass`).
+    /// Cycles of the pass being measured still to run (a loop fit's, or any point's of a
+    /// stack that takes long to place: `Controller::stack_takes_long_to_place`).
     measure_cycles_left: u64,
     /// The counters of the pass measured so far.
     pass_sum: CounterDelta,
@@ -974,8 +975,11 @@ impl Controller {
                 if complete {
                     let (settle, cost) =
                         (self.knobs.settle_windows, self.knobs.migration_cost_cycles);
-                    let long_placement = self.stack_takes_long_to_place();
-                    let loop_pass = self.loop_pass_cycles();
+                    let long_placement_pass = if self.stack_takes_long_to_place() {
+                        self.loop_pass_cycles()
+                    } else {
+                        None
+                    };
                     let run = self.run_mut().expect("searching");
                     run.measuring = Some(k);
                     let pass = run.loop_pass.filter(|&(fit, _)| fit == k).map(|(_, c)| c);
@@ -985,8 +989,7 @@ impl Controller {
                         run.settle_left = settle;
                         run.settle_cycles = (run.moved_pages as u64 * cost).max(pass.unwrap_or(0));
                     }
-                    let measured_over_a_pass = pass.or(loop_pass.filter(|_| long_placement));
-                    run.measure_cycles_left = measured_over_a_pass.unwrap_or(0);
+                    run.measure_cycles_left = pass.or(long_placement_pass).unwrap_or(0);
                     run.pass_sum = CounterDelta::default();
                 }
             }
