@@ -49,8 +49,8 @@ const LOOP_FIT_WIN_OVER_LOSS: f64 = 2.0;
 /// Windows of moves to place the whole stack beyond which the search measures each point
 /// over a pass of the program's loop (see [`Controller::stack_takes_long_to_place`]): a
 /// pass of a few windows is then a small part of a probe's cost. No stack of random.md's
-/// workloads is that long (its campaign reads the same with and without the rule); at
-/// the default `page_budget` zen4-like's art-like takes 3 windows, its cg-like 12.
+/// workloads is that long (its campaign reads the same with and without the rule);
+/// zen4-like's art-like takes 10 windows, its cg-like 48.
 const LONG_PLACEMENT_WINDOWS: u64 = 8;
 
 /// The most windows of a kept placement, the last the search measured, that a Steady
@@ -755,13 +755,12 @@ impl Controller {
     /// of moves: the stack is then a loop over far more than the cache holds, whose
     /// windows cycle with the program's passes over its data, and each point the search
     /// measures is measured over a pass, as a loop fit is. Measured window by window,
-    /// zen4-like's cg-like (195,553 pages, 48 windows to place at 4,096 a window) read
-    /// 126,024 pages confined at 0.161 and 0.145 against k = 0's 0.129: a lead of 17%
-    /// that the windows' scatter left 0.0028 IPC beyond noise, and the balanced blocks
-    /// then took 60 windows (1.010 of off); over passes of 3.4 windows its points read
-    /// 0.150 to 0.154 and the search kept 140,797 pages without them (1.059). A pass adds
-    /// little to a probe that moves pages for many windows; to a stack placed within a
-    /// window it would add several.
+    /// zen4-like's cg-like (195,553 pages, 48 windows to place) read 126,024 pages confined
+    /// at 0.161 and 0.145 against k = 0's 0.129: a lead of 17% that the windows' scatter
+    /// left 0.0028 IPC beyond noise, and the balanced blocks then took 60 windows (1.010
+    /// of off); over passes of 3.4 windows its points read 0.150 to 0.154 and the search
+    /// kept 140,797 pages without them (1.059). A pass adds little to a probe that moves
+    /// pages for many windows; to a stack placed within a window it would add several.
     fn stack_takes_long_to_place(&self) -> bool {
         self.build.stack.len() as u64
             > LONG_PLACEMENT_WINDOWS * u64::from(self.knobs.page_budget.max(1))
