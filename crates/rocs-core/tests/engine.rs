@@ -34,6 +34,9 @@ struct FakeMachine {
     stream_only: BTreeSet<Pid>,
     /// Instructions per LLC reference (half of them miss).
     instructions_per_reference: u64,
+    /// Pages a target's samples spread over, ten samples each a window: the first half
+    /// miss on every load, the rest on a third of them.
+    pages: u64,
 }
 
 impl FakeMachine {
@@ -48,6 +51,7 @@ impl FakeMachine {
             moved_at: Vec::new(),
             stream_only: BTreeSet::new(),
             instructions_per_reference: 20,
+            pages: 64,
         }
     }
 
@@ -70,12 +74,13 @@ impl Sampler for FakeMachine {
     fn drain(&mut self, pid: Pid, out: &mut Vec<MemSample>) -> Result<SampleLoss, Infallible> {
         if self.sampling.contains(&pid) {
             let first = self.first[&pid];
-            out.extend((0..640u64).map(|i| MemSample {
+            let pages = self.pages;
+            out.extend((0..10 * pages).map(|i| MemSample {
                 pid,
                 tid: pid,
-                vaddr: (first + i % 64) << SHIFT,
+                vaddr: (first + i % pages) << SHIFT,
                 paddr: None,
-                source: if self.stream_only.contains(&pid) || i % 64 < 32 || i % 3 == 0 {
+                source: if self.stream_only.contains(&pid) || i % pages < pages / 2 || i % 3 == 0 {
                     DataSource::LlcMiss
                 } else {
                     DataSource::LlcHit
@@ -582,27 +587,42 @@ fn a_move_that_costs_several_windows_is_not_measured_until_paid() {
 
 #[test]
 fn a_stack_that_takes_long_to_place_is_measured_over_passes() {
-    // The fake target's 64 pages are a loop: on an LLC of 16 pages (64 lines each) at one
-    // LLC reference every 400 instructions and IPC 0.5, a pass over them takes 3.3
-    // windows. Placed 4 pages a window, the stack takes 16 windows to place, and each
-    // point is measured over a pass (zen4-like's cg-like: 48 windows to place, windows that
-    // cycle with its passes); placed within a window, window by window.
-    let k0_windows = |page_budget| {
+    // The fake target's pages are a loop, and k = 0 is measured over a pass of it when the
+    // stack is long (zen4-like's cg-like: a stack of 195,553 pages, windows that cycle with
+    // its passes), window by window when it is short, however many windows its pass or
+    // its moves take: at seed 2 cg-like's 87,278 pages, placed in 6 windows of 16,384 and
+    // so judged short by the windows of moves, were read window by window and chose k = 0
+    // after 208,016 moves.
+    let k0_windows = |pages, page_budget, llc, instructions_per_reference| {
         let mut d = Domain::new(FakeMachine::new(&[(1, 0x1000)], |_, _| 0.5));
-        d.machine.instructions_per_reference = 400;
+        d.machine.instructions_per_reference = instructions_per_reference;
+        d.machine.pages = pages;
         let mut c = controller_with(1, |k| k.page_budget = page_budget);
-        c.set_llc(&rocs_core::CacheGeometry::new(64, 1024, 1, 1, 1 << SHIFT).expect("valid"));
+        c.set_llc(&llc);
         d.engine.attach(c);
         for _ in 0..40 {
             d.window();
         }
         let at = d.step_windows(1, |k| k == 0);
-        assert!(at.len() >= 2, "k = 0 measured twice");
+        assert!(at.len() >= 2, "k = 0 measured twice: {:?}", d.events[&1]);
         at[1] - at[0]
     };
-    assert_eq!(k0_windows(4096), 1);
-    let apart = k0_windows(4);
-    assert_eq!(apart, 4, "k = 0 measured over a pass, of four windows");
+    // 40,000 pages on an LLC of 8,192 (a line a page) at one LLC reference every 44
+    // instructions and IPC 0.5: a pass takes 3.5 windows.
+    let big = rocs_core::CacheGeometry::new(1 << SHIFT, 8192, 1, 1, 1 << SHIFT).expect("valid");
+    assert_eq!(
+        k0_windows(40_000, 16_384, big, 44),
+        4,
+        "measured over a pass"
+    );
+    // 64 pages on an LLC of 16 (64 lines each) at one reference every 400 instructions: a
+    // pass takes 3.3 windows, and placed 4 pages a window the stack takes 16 to place.
+    let small = rocs_core::CacheGeometry::new(64, 1024, 1, 1, 1 << SHIFT).expect("valid");
+    assert_eq!(
+        k0_windows(64, 4, small, 400),
+        1,
+        "measured window by window"
+    );
 }
 
 #[test]

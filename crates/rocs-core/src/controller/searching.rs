@@ -46,12 +46,12 @@ const FIT_SHARE: f64 = 0.7;
 /// [`Controller::loop_fit`]) the misses of the pages staying must be.
 const LOOP_FIT_WIN_OVER_LOSS: f64 = 2.0;
 
-/// Windows of moves to place the whole stack beyond which the search measures each point
-/// over a pass of the program's loop (see [`Controller::stack_takes_long_to_place`]): a
-/// pass of a few windows is then a small part of a probe's cost. No stack of random.md's
+/// Pages of a stack beyond which the search measures each point over a pass of the
+/// program's loop (see [`Controller::stack_takes_long_to_place`]): eight windows of moves
+/// at 4,096 pages a window, the budget the rule was measured at. No stack of random.md's
 /// workloads is that long (its campaign reads the same with and without the rule);
-/// zen4-like's art-like takes 10 windows, its cg-like 48.
-const LONG_PLACEMENT_WINDOWS: u64 = 8;
+/// zen4-like's art-like has 39,060 pages, its cg-like 195,553.
+const LONG_PLACEMENT_PAGES: usize = 32_768;
 
 /// The most windows of a kept placement, the last the search measured, that a Steady
 /// stage's phase reference is learnt from.
@@ -751,19 +751,20 @@ impl Controller {
             .then(|| (self.build.stack.len() as f64 * lines_per_page / refs_per_cycle) as u64)
     }
 
-    /// Whether placing the whole stack takes more than `LONG_PLACEMENT_WINDOWS` windows
-    /// of moves: the stack is then a loop over far more than the cache holds, whose
-    /// windows cycle with the program's passes over its data, and each point the search
-    /// measures is measured over a pass, as a loop fit is. Measured window by window,
-    /// zen4-like's cg-like (195,553 pages, 48 windows to place) read 126,024 pages confined
-    /// at 0.161 and 0.145 against k = 0's 0.129: a lead of 17% that the windows' scatter
-    /// left 0.0028 IPC beyond noise, and the balanced blocks then took 60 windows (1.010
-    /// of off); over passes of 3.4 windows its points read 0.150 to 0.154 and the search
-    /// kept 140,797 pages without them (1.059). A pass adds little to a probe that moves
-    /// pages for many windows; to a stack placed within a window it would add several.
+    /// Whether the stack is longer than `LONG_PLACEMENT_PAGES`: it is then a loop over
+    /// far more than the cache holds, whose windows cycle with the program's passes over
+    /// its data, and each point the search measures is measured over a pass, as a loop
+    /// fit is. Measured window by window, zen4-like's cg-like (195,553 pages) read 126,024
+    /// pages confined at 0.161 and 0.145 against k = 0's 0.129: a lead of 17% that the
+    /// windows' scatter left 0.0028 IPC beyond noise, and the balanced blocks then took 60
+    /// windows (1.010 of off); over passes of 3.4 windows its points read 0.150 to 0.154
+    /// and the search kept 140,797 pages without them (1.059). The rule is the stack's
+    /// size, not the windows its moves take: judged in windows of 16,384 pages, cg-like's
+    /// first stack at seed 2 (87,278 pages) was not long, and window by window its
+    /// cycling windows chose k = 0 after 208,016 moves (0.9760 of off). A pass adds little
+    /// to a probe of a stack that long; to a short one it would add several windows.
     fn stack_takes_long_to_place(&self) -> bool {
-        self.build.stack.len() as u64
-            > LONG_PLACEMENT_WINDOWS * u64::from(self.knobs.page_budget.max(1))
+        self.build.stack.len() > LONG_PLACEMENT_PAGES
     }
 
     /// Put the relief's pages at the top of the stack, and have the search probe exactly

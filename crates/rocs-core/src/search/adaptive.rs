@@ -126,11 +126,17 @@ const MAX_COARSE_BOUNDARIES: usize = 8;
 /// random.md's workloads, 4 margins left 4-6 fewer runs below 0.99 at each of three seed
 /// offsets and 2-3 fewer shared runs over the tenant bound; NOTES.md session 42).
 const FAR_BELOW_MARGINS: f64 = 4.0;
+/// The most pages a cheap first probe confines. Sized by the page budget alone, it grew
+/// with it: at 16,384 pages a window neoverse-like's cg-like first probed 10,406 pages
+/// (an eighth of its stack), moved each way again in the balanced blocks its warming LLC
+/// sent it to (0.9908 -> 0.9896 of off), and zen4-like's cg-like found nothing on its
+/// convex gain (tried.md, session 43).
+const CHEAP_FIRST_MAX_PAGES: usize = 4096;
 
 impl AdaptiveSearch {
     /// `page_budget`: pages moved in one window. A first coarse point that takes more
     /// windows than one to place is preceded by a cheaper one (an eighth of the stack, at
-    /// most one window's moves): inside a region of uniform pages IPC(k) is close to
+    /// most one window's moves and `CHEAP_FIRST_MAX_PAGES`): inside a region of uniform pages IPC(k) is close to
     /// linear, so part of the region shows part of its gain for part of the moves, and a
     /// stack with nothing to gain is told so before thousands of pages move there and back.
     pub fn new(
@@ -150,7 +156,10 @@ impl AdaptiveSearch {
             }
         }
         let by_regions = !significant.is_empty() && significant.len() <= MAX_COARSE_BOUNDARIES;
-        let cheap_first = n.div_ceil(8).min(page_budget).max(1);
+        let cheap_first = n
+            .div_ceil(8)
+            .min(page_budget)
+            .clamp(1, CHEAP_FIRST_MAX_PAGES);
         let coarse = if by_regions {
             if significant[0] > page_budget && cheap_first < significant[0] {
                 significant.insert(0, cheap_first);

@@ -729,6 +729,47 @@ mod tests {
     }
 
     #[test]
+    fn the_default_page_budget_probes_a_modern_stacks_first_region_at_once() {
+        // spr-like's art-like: a stack of 17,183 pages whose first region, the stream
+        // above its reused weights, ends at 12,107. At 4,096 pages a window the region
+        // took more than a window of moves, so the search probed an eighth of the stack
+        // first (2,148 pages): its gain was within the LLC's warming, the balanced blocks
+        // found none, and the cost rule ended the search (0.993 of off, its oracle 1.050).
+        // With the default budget the region is placed in one window and probed first,
+        // and kept (1.032).
+        let stream = 12_107;
+        let ipc = |k: usize, _| {
+            if k <= stream {
+                1.0 + 0.15 * k as f64 / stream as f64
+            } else {
+                0.5
+            }
+        };
+        let first_probe = |knobs: &Knobs| {
+            let s = Search::new(knobs, 17_183, vec![stream]);
+            let (_, log) = run_logged(s, ipc);
+            log.into_iter().find(|&k| k > 0)
+        };
+        assert_eq!(first_probe(&Knobs::default()), Some(stream));
+        let old = Knobs {
+            page_budget: 4096,
+            ..Knobs::default()
+        };
+        assert_eq!(first_probe(&old), Some(17_183usize.div_ceil(8)));
+    }
+
+    #[test]
+    fn a_first_probe_of_a_long_stack_stays_cheap_with_the_budget() {
+        // neoverse-like's cg-like: a stack of 83,245 pages. An eighth of it, 10,406 pages,
+        // fits in a window of the default budget, but a first probe that large is moved
+        // each way again in the balanced blocks a warming LLC sends the search to (0.9908
+        // -> 0.9896 of off); the cheap first probe stays at 4,096 pages.
+        let s = Search::new(&Knobs::default(), 83_245, vec![]);
+        let (_, log) = run_logged(s, |_, _| 1.0);
+        assert_eq!(log.into_iter().find(|&k| k > 0), Some(4096));
+    }
+
+    #[test]
     fn a_search_says_how_it_checks_a_gain_against_drift_and_why() {
         // The peak of the test above. The timeline and rocsd's journal tell from these why a
         // search went on to the balanced blocks (zen4-like's cg-like spends 62 windows on
