@@ -142,7 +142,7 @@ pub struct Knobs {
     /// default, 16,384 pages (64 MiB; 33 ms of moves at 2 µs a page, a third of rocsd's
     /// 100 ms window, paid only while a placement is made), places a stack a few times a
     /// modern LLC in a window or two: at 4,096, zen4-like's art-like (a 39,060-page stack,
-    /// 31,748 confined) took up to 3 windows a probe (1.257 of off, 1.310 now, its oracle
+    /// 31,748 confined) took up to 3 windows a probe (1.257 of off, 1.268 now, its oracle
     /// 1.368), and spr-like's art-like could not probe its stack's first region (12,107
     /// pages) in one window and found nothing (0.993; 1.032 now, its oracle 1.050).
     pub page_budget: u32,

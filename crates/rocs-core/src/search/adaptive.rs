@@ -136,9 +136,10 @@ const CHEAP_FIRST_MAX_PAGES: usize = 4096;
 impl AdaptiveSearch {
     /// `page_budget`: pages moved in one window. A first coarse point that takes more
     /// windows than one to place is preceded by a cheaper one (an eighth of the stack, at
-    /// most one window's moves and `CHEAP_FIRST_MAX_PAGES`): inside a region of uniform pages IPC(k) is close to
-    /// linear, so part of the region shows part of its gain for part of the moves, and a
-    /// stack with nothing to gain is told so before thousands of pages move there and back.
+    /// most one window's moves and `CHEAP_FIRST_MAX_PAGES`): inside a region of uniform
+    /// pages IPC(k) is close to linear, so part of the region shows part of its gain for
+    /// part of the moves, and a stack with nothing to gain is told so before thousands of
+    /// pages move there and back.
     pub fn new(
         n: usize,
         max_repeats: usize,
