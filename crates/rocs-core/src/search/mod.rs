@@ -454,6 +454,12 @@ mod tests {
         (k, log)
     }
 
+    /// The first `k > 0` the search measures.
+    fn first_probe(s: Search, f: impl Fn(usize, usize) -> f64) -> Option<usize> {
+        let (_, log) = run_logged(s, f);
+        log.into_iter().find(|&k| k > 0)
+    }
+
     /// [`run_logged`], with the checks of a gain against drift the search reported.
     fn run_checked(
         mut s: Search,
@@ -745,11 +751,8 @@ mod tests {
                 0.5
             }
         };
-        let first_probe = |knobs: &Knobs| {
-            let s = Search::new(knobs, 17_183, vec![stream]);
-            let (_, log) = run_logged(s, ipc);
-            log.into_iter().find(|&k| k > 0)
-        };
+        let first_probe =
+            |knobs: &Knobs| first_probe(Search::new(knobs, 17_183, vec![stream]), ipc);
         assert_eq!(first_probe(&Knobs::default()), Some(stream));
         let old = Knobs {
             page_budget: 4096,
@@ -765,8 +768,7 @@ mod tests {
         // each way again in the balanced blocks a warming LLC sends the search to (0.9908
         // -> 0.9896 of off); the cheap first probe stays at 4,096 pages.
         let s = Search::new(&Knobs::default(), 83_245, vec![]);
-        let (_, log) = run_logged(s, |_, _| 1.0);
-        assert_eq!(log.into_iter().find(|&k| k > 0), Some(4096));
+        assert_eq!(first_probe(s, |_, _| 1.0), Some(4096));
     }
 
     #[test]
