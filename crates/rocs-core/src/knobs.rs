@@ -114,7 +114,9 @@ pub struct Knobs {
     /// whose profile has found nothing to win yet: a loop over more than the cache misses
     /// on every load, as a stream does, until the profile has seen it loaded again, and
     /// one pass can take longer than `profile_max_windows`. Each window past those must
-    /// fit in `overhead_budget`.
+    /// fit in `overhead_budget`. 64: random.md's runs 315 and 409 (stencils over about
+    /// twice the LLC) make a pass in about 23 windows, and a profile of 32 saw each page
+    /// loaded once (0.999 of off; 1.052 and 1.127 at 64, their oracles 1.054 and 1.088).
     pub profile_loop_max_windows: u32,
     /// Fraction of new pages (relative to the pages profiled so far) below which one more
     /// window is not worth its sampling cost.
@@ -206,7 +208,7 @@ impl Default for Knobs {
             observe_windows: 1,
             profile_windows: 2,
             profile_max_windows: 8,
-            profile_loop_max_windows: 32,
+            profile_loop_max_windows: 64,
             profile_saturation: 0.05,
             min_samples_per_page: 4,
             region_merge_tolerance: 0.10,

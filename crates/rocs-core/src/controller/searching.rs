@@ -779,7 +779,10 @@ impl Controller {
         // many places (the buffer's pages, or a loop fit's: the pass goes on from there).
         self.build.stack = self.build.stack.with_first(&relief.pages);
         if let Some(search) = self.search.as_mut() {
-            search.probe_first(relief.k);
+            match relief.loop_pass {
+                Some(_) => search.probe_loop_fit_first(relief.k),
+                None => search.probe_first(relief.k),
+            }
         }
         let over_full = EventKind::ColoursOverFull {
             colours: relief.colours,
@@ -1111,16 +1114,19 @@ impl Controller {
         }
         if self.move_towards(k, true, out) {
             let run = self.run_mut_ref().expect("searching");
-            // The kept placement's windows are the phase's reference: the windows after
-            // the search may already be another phase. After a change of the program's
-            // loads, they are the ended phase's, at k = 0 too, so that the phase the
-            // program entered is profiled.
+            // The kept placement's windows are the phase's reference, at k = 0 too: the
+            // windows after the search may already be another phase (random.md's run 408
+            // kept k = 0, and Steady, given no reference, learnt one after its back-off
+            // from a phase the program had entered meanwhile, never profiled: 1.001 of
+            // off; 1.52 with k = 0's windows as the reference). After a change of the
+            // program's loads they are the ended phase's, so that the phase the program
+            // entered is profiled.
             let ended = run.mix_changed.is_some();
             let kept: Vec<(f64, f64)> = run
                 .own_windows
                 .iter()
                 .rev()
-                .filter(|w| (k > 0 || ended) && w.k == k)
+                .filter(|w| w.k == k)
                 .take(KEPT_REFERENCE_WINDOWS)
                 .map(|w| (w.ipc, w.mpki))
                 .collect();

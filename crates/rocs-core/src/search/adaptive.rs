@@ -47,6 +47,10 @@ pub struct AdaptiveSearch {
     /// Pages moved in one window: how far from the best point a revisit may go.
     #[serde(default)]
     page_budget: usize,
+    /// The loop fit probed first, measured over a pass of its loop (see
+    /// [`super::Search::probe_loop_fit_first`]).
+    #[serde(default)]
+    loop_fit_over_pass: Option<usize>,
     stage: Stage,
     /// How the search began to check a gain, until the controller takes it to report.
     #[serde(skip)]
@@ -212,6 +216,7 @@ impl AdaptiveSearch {
             drift_bound: None,
             trend: None,
             page_budget,
+            loop_fit_over_pass: None,
             stage: Stage::Baseline,
             check: None,
         }
@@ -228,6 +233,14 @@ impl AdaptiveSearch {
         // program 1.9 times as fast (random.md's run 303 at offset 1).
         self.coarse.retain(|&c| c > k);
         self.coarse.insert(0, k);
+    }
+
+    /// See [`super::Search::probe_loop_fit_first`].
+    pub fn probe_loop_fit_first(&mut self, k: usize) {
+        self.probe_first(k);
+        if self.coarse.first() == Some(&k) {
+            self.loop_fit_over_pass = Some(k);
+        }
     }
 
     /// See [`super::Search::probe_fit_point`].
@@ -468,8 +481,15 @@ impl AdaptiveSearch {
             let base = m.mean(0).expect("measured");
             // Judged by a group, the gain is the other tenants': it comes when
             // a polluter is (almost) wholly confined, and measuring placements
-            // between coarse points costs more than it can find.
-            if best == 0 || best_ipc - base <= self.margin(m, best, 0) || self.judged_by_group {
+            // between coarse points costs more than it can find. A loop fit
+            // measured over its loop's pass is confirmed as it is: refinement
+            // measures its neighbours window by window, and a window of a loop
+            // larger than the cache reads whichever part of the pass it caught.
+            if best == 0
+                || best_ipc - base <= self.margin(m, best, 0)
+                || self.judged_by_group
+                || self.loop_fit_over_pass == Some(best)
+            {
                 return Flow::Go(Stage::Confirm);
             }
             // Bracket the best point by its measured neighbours.

@@ -308,6 +308,18 @@ impl Search {
         }
     }
 
+    /// As [`Self::probe_first`], for a loop fit that the controller measures over a pass of
+    /// its loop: where it is the best coarse point, the search confirms it without
+    /// refining around it. Refinement's probes are measured a window each, and a window
+    /// of a loop larger than the cache reads whichever part of the pass it caught: on
+    /// random.md's run 69 at offset 2 they moved the kept point off the fit (0.998 -> 0.987
+    /// of off with 64-window loop profiles; 1.003 confirmed). Adaptive search only.
+    pub fn probe_loop_fit_first(&mut self, k: usize) {
+        if let Some(a) = self.adaptive.as_mut() {
+            a.probe_loop_fit_first(k);
+        }
+    }
+
     /// Count `k`, the point where a loop larger than the cache would fit, among the
     /// boundaries refinement snaps to, and measure it among the coarse points when those
     /// are the stack's regions and the two around it lie more than a quarter of the stack
