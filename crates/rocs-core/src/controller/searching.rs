@@ -644,7 +644,12 @@ impl Controller {
         );
         // Over-full colours are conflicts only when the stack would fit the ordinary
         // colours spread evenly; a stack larger than they hold misses for want of room.
-        let ordinary_pages = colours.len() as u64 - overflow.buffer.pages;
+        // The buffer's pages beyond what it holds count as ordinary: whether a loop fits
+        // the cache does not depend on where a placement left its pages, and the probes
+        // move them out (random.md's run 109: its first phase left 256 pages confined,
+        // and its second phase's loop over 2.8 LLCs, 354 - 256 = 98 pages outside the
+        // buffer, was taken for a stack that fits the 120 pages of ordinary colours).
+        let ordinary_pages = colours.len() as u64 - overflow.buffer.pages.min(buffer_pages);
         if ordinary_pages > self.llc_room_pages {
             return self.loop_fit(&overflow);
         }
@@ -988,10 +993,15 @@ impl Controller {
                     run.measuring = Some(k);
                     let pass = run.loop_pass.filter(|&(fit, _)| fit == k).map(|(_, c)| c);
                     // Settle after any move that made up this placement, the last batch
-                    // included (a loop fit for a pass of its loop).
+                    // included; a loop fit for its moves' cycles and then a pass of its
+                    // loop: the program does not run while its pages move, so a pass
+                    // counted from the move's start can end before the loop has come
+                    // round (random.md's run 117 at the machine's costs: its loop fit,
+                    // measured again after 85 pages came back from a larger probe, read
+                    // MPKI 45 against 18 the first time and was dropped).
                     if run.moved_at == Some(moved_before) {
                         run.settle_left = settle;
-                        run.settle_cycles = (run.moved_pages as u64 * cost).max(pass.unwrap_or(0));
+                        run.settle_cycles = run.moved_pages as u64 * cost + pass.unwrap_or(0);
                     }
                     run.measure_cycles_left = pass.or(long_placement_pass).unwrap_or(0);
                     run.pass_sum = CounterDelta::default();
