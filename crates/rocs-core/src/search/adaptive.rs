@@ -619,9 +619,10 @@ impl AdaptiveSearch {
             let check = GainCheck::Blocks { k: best, why };
             return Flow::Check(check, Stage::Verify { k: best, from });
         }
-        let k = if m.count(best) <= m.count(0) { best } else { 0 };
-        if m.count(k) < self.max_repeats {
-            return Flow::Ask(Next::Measure(k));
+        // Of the best point and k = 0, the one with fewer windows (the best on a tie).
+        let fewer = if m.count(best) <= m.count(0) { best } else { 0 };
+        if m.count(fewer) < self.max_repeats {
+            return Flow::Ask(Next::Measure(fewer));
         }
         // Ahead of k = 0 by more than half the margin, the best point is measured again,
         // up to twice the repeats: a placement whose windows cycle with the program's
@@ -635,8 +636,7 @@ impl AdaptiveSearch {
         // once the best has more, k = 0's few windows dominate the margin's standard error
         // (run 465 of random.md: 1.036 -> 1.359, oracle 1.397).
         if best_ipc - base > margin / 2.0 && m.count(best) < 2 * self.max_repeats {
-            let k = if m.count(0) < m.count(best) { 0 } else { best };
-            return Flow::Ask(Next::Measure(k));
+            return Flow::Ask(Next::Measure(fewer));
         }
         // Never worse than not running: a gain within noise is no gain.
         Flow::Ask(Next::Done(0))
