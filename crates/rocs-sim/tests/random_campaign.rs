@@ -394,6 +394,21 @@ fn pages_a_placement_left_in_the_buffer_do_not_hide_a_loop() {
     );
 }
 
+/// A loop that runs alone only after its sharers have gone is profiled long enough to be
+/// seen: random.md's run 271 (ppc970fx, three tenants). Its third tenant sweeps 3.2 LLCs
+/// in a pass of 2.2 windows; its profiles beside the other two found nothing, and alone
+/// its profile, on a budget halved for them, ended after 1.8 passes, each page loaded
+/// about once: a stream's profile (1.000 of off, its oracle 1.21 at 316 of 408 pages).
+#[test]
+fn a_loop_left_alone_is_profiled_long_enough_to_be_seen() {
+    assert_speedup_above(
+        "ppc970fx",
+        0x1287_91dc_f919_2e34,
+        1_335_196_192_796_651_060,
+        1.15,
+    );
+}
+
 /// A placement that loses its re-verification looks again rather than settling for k = 0:
 /// random.md's run 282 (tiny, two tenants). Beside its sharer the first tenant kept 16 of
 /// its 50 pages; when the sharer exited, k = 16 was measured against k = 0 again, lost,

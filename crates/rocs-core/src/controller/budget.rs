@@ -9,7 +9,9 @@
 //! until the target has run long enough for that cost to be a small share of its cycles
 //! (`overhead_budget`), a share that halves with each fruitless attempt in a row. So a
 //! target with nothing to gain pays for its first attempt and then for ever fewer, and
-//! its overhead tends to zero, however often its phases seem to change.
+//! its overhead tends to zero, however often its phases seem to change. Only a profile
+//! that goes on to find a loop (see `Controller::profile_window`) may spend up to the
+//! budget itself: what fruitless attempts cost stays within it.
 //!
 //! The targets of one LLC share that budget: what each spent on fruitless attempts, the
 //! attempts in a row and the cycles run are summed over them. Each would otherwise have a
@@ -149,6 +151,13 @@ impl Spending {
     pub fn affords(&self, budget: f64, cycles: f64, sharers: SharedSpending) -> bool {
         let all = self.shared() + sharers;
         all.fruitless_cycles + cycles <= share(budget, &all) * all.cycles_seen as f64
+    }
+
+    /// Whether `cycles` more fit in `budget` itself, not halved for the fruitless attempts
+    /// in a row: what all fruitless attempts cost stays within `budget` of the cycles run.
+    pub fn affords_unhalved(&self, budget: f64, cycles: f64, sharers: SharedSpending) -> bool {
+        let all = self.shared() + sharers;
+        all.fruitless_cycles + cycles <= budget * all.cycles_seen as f64
     }
 
     /// What the attempt in progress will have cost once it spends `next` more cycles, if
