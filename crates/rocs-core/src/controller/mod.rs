@@ -728,13 +728,13 @@ impl Controller {
         // sharers, then alone for 4 windows, 1.8 passes, on half the budget: 1.000 of off,
         // its oracle 1.21). Their cost stays within the budget.
         let nothing_yet = windows >= min_windows && self.promises_nothing(context);
-        let next_window = spent * f64::from(windows + 1) / f64::from(windows);
+        let cost_after_next_window = spent * f64::from(windows + 1) / f64::from(windows);
         let may_find_a_loop = nothing_yet
             && self.sharers_now.is_empty()
             && self.llc_room_pages > 0
             && self.spending.affords_unhalved(
                 self.knobs.overhead_budget,
-                next_window,
+                cost_after_next_window,
                 self.sharers_spending,
             );
         let longest = if may_find_a_loop {
