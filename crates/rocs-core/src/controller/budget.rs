@@ -31,6 +31,14 @@ pub struct SharedSpending {
     pub cycles_seen: u64,
 }
 
+impl SharedSpending {
+    /// Whether `cycles` more, with what fruitless attempts cost already, stay within
+    /// `share` of the cycles run.
+    fn fits(&self, share: f64, cycles: f64) -> bool {
+        self.fruitless_cycles + cycles <= share * self.cycles_seen as f64
+    }
+}
+
 impl std::ops::Add for SharedSpending {
     type Output = SharedSpending;
 
@@ -150,14 +158,13 @@ impl Spending {
     /// attempts of the target and its `sharers` have cost already.
     pub fn affords(&self, budget: f64, cycles: f64, sharers: SharedSpending) -> bool {
         let all = self.shared() + sharers;
-        all.fruitless_cycles + cycles <= share(budget, &all) * all.cycles_seen as f64
+        all.fits(share(budget, &all), cycles)
     }
 
     /// Whether `cycles` more fit in `budget` itself, not halved for the fruitless attempts
     /// in a row: what all fruitless attempts cost stays within `budget` of the cycles run.
     pub fn affords_unhalved(&self, budget: f64, cycles: f64, sharers: SharedSpending) -> bool {
-        let all = self.shared() + sharers;
-        all.fruitless_cycles + cycles <= budget * all.cycles_seen as f64
+        (self.shared() + sharers).fits(budget, cycles)
     }
 
     /// What the attempt in progress will have cost once it spends `next` more cycles, if
