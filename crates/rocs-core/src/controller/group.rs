@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use super::messages::{MemberWindow, SharerPace};
+use crate::phase::MPKI_FLOOR;
 use crate::Pid;
 
 /// Windows measured, and averaged, at each placement of a search judged by its domain:
@@ -12,11 +13,12 @@ use crate::Pid;
 const MEASURE_WINDOWS: usize = 2;
 
 /// A sharer whose LLC references per instruction differ by more than this share from its
-/// own at k = 0 runs another phase: the searcher's placement decides which of a sharer's
-/// LLC references hit, not how many it makes (its private caches hold none of the
-/// searcher's pages). In the simulator a sharer's rate stays within 2% of its k = 0 rate
-/// at every placement, even where the placement doubles its pace; phases moved it by 14%
-/// and by 99% while its IPC rose 7- and 10-fold.
+/// own at k = 0 (judged against at least `MPKI_FLOOR` of them: a sharer that made none at
+/// k = 0 and makes 90 now runs another phase too) runs another phase: the searcher's
+/// placement decides which of a sharer's LLC references hit, not how many it makes (its
+/// private caches hold none of the searcher's pages). In the simulator a sharer's rate
+/// stays within 2% of its k = 0 rate at every placement, even where the placement doubles
+/// its pace; phases moved it by 14% and by 99% while its IPC rose 7- and 10-fold.
 const OTHER_PHASE: f64 = 0.10;
 
 /// A mean kept as a sum and a count.
@@ -113,7 +115,7 @@ impl GroupJudge {
                 && k > 0
                 && zero
                     .and_then(|z| z.llc_apki.get())
-                    .is_some_and(|z| z > 0.0 && (apki / z - 1.0).abs() > OTHER_PHASE);
+                    .is_some_and(|z| (apki - z).abs() > OTHER_PHASE * z.max(MPKI_FLOOR));
             paces.push(SharerPace {
                 pid,
                 pace,
@@ -248,6 +250,49 @@ mod tests {
         let (score, paces) = j.judge(5, 1).expect("both ran");
         assert!(!paces[1].other_phase);
         assert!((score - 2.0 / (1.0 / 0.98 + 0.5)).abs() < 1e-12, "{score}");
+    }
+
+    #[test]
+    fn a_sharer_that_made_no_llc_references_at_k0_and_makes_them_now_is_in_another_phase() {
+        // random.md's run 173: a sharer running in its L2 (no LLC references) at k = 0
+        // entered a phase of 93 references per kilo-instruction during a probe, and its
+        // IPC fell by a third; the search took that for the probe's cost and refused it.
+        let mut j = GroupJudge::default();
+        let w = |k0: bool| {
+            vec![
+                member(1, if k0 { 0.45 } else { 0.5 }, 0.45),
+                MemberWindow {
+                    llc_apki: if k0 { 0.0 } else { 92.6 },
+                    ..member(2, if k0 { 1.67 } else { 1.1 }, 1.67)
+                },
+            ]
+        };
+        j.window(w(true));
+        j.window(w(true));
+        j.judge(0, 1).expect("both ran");
+        j.window(w(false));
+        j.window(w(false));
+        let (score, paces) = j.judge(5, 1).expect("both ran");
+        assert!(paces[1].other_phase);
+        assert!((score - 2.0 / (0.45 / 0.5 + 1.0)).abs() < 1e-12, "{score}");
+        // A stray reference or two at k = 0's level of none is not a phase.
+        let mut j = GroupJudge::default();
+        j.window(w(true));
+        j.window(w(true));
+        j.judge(0, 1).expect("both ran");
+        let stray = || {
+            vec![
+                member(1, 0.5, 0.45),
+                MemberWindow {
+                    llc_apki: 0.05,
+                    ..member(2, 1.6, 1.67)
+                },
+            ]
+        };
+        j.window(stray());
+        j.window(stray());
+        let (_, paces) = j.judge(5, 1).expect("both ran");
+        assert!(!paces[1].other_phase);
     }
 
     #[test]
