@@ -349,15 +349,33 @@ impl AdaptiveSearch {
     /// The smallest IPC difference between `k1` and `k2` that is not noise: about two
     /// standard errors of the difference of their means (wider while the noise estimate
     /// rests on few windows), and never below the floor.
+    ///
+    /// Once both points have repeats, their own windows say how much they scatter; before
+    /// that, every point's repeats are pooled. A third point's repeats can have measured
+    /// two states of the cache, not noise: a loop that fits once pages are confined
+    /// thrashes again after a probe over-fills the buffer, and reads like k = 0 until a
+    /// pass has gone by (random.md's run 475: 287 pages read 0.386 while the loop still fit
+    /// and 0.319 after 352 had been probed; pooled, that scatter buried 251's 0.360 and
+    /// 0.351 against k = 0's 0.319 twice, and the search kept nothing: 1.010 of off, where
+    /// its oracle gains 20%).
     fn margin(&self, m: &Measurements, k1: usize, k2: usize) -> f64 {
         let level = m.mean(k1).unwrap_or(0.0).max(m.mean(k2).unwrap_or(0.0));
         let floor = self.noise_floor * level;
-        if self.judged_by_group {
-            if let (Some(v1), Some(v2)) = (m.variance(k1), m.variance(k2)) {
-                let (n1, n2) = (m.count(k1) as f64, m.count(k2) as f64);
-                let z = 2.0 + 4.0 / (n1 + n2 - 2.0);
-                return (z * (v1 / n1 + v2 / n2).sqrt()).max(floor);
-            }
+        let (v1, v2) = (m.variance(k1), m.variance(k2));
+        if let (Some(v1), Some(v2), true) = (v1, v2, self.judged_by_group || k1 != k2) {
+            let (n1, n2) = (m.count(k1) as f64, m.count(k2) as f64);
+            let dof = n1 + n2 - 2.0;
+            let z = 2.0 + 4.0 / dof;
+            // A search judged by its domain weighs each point's own spread (Welch): a
+            // placement moves the group's score through its members' bursts, k = 0 does
+            // not. A target's own windows share one noise (pooled).
+            let se = if self.judged_by_group {
+                (v1 / n1 + v2 / n2).sqrt()
+            } else {
+                let pooled = (v1 * (n1 - 1.0) + v2 * (n2 - 1.0)) / dof;
+                (pooled * (1.0 / n1 + 1.0 / n2)).sqrt()
+            };
+            return (z * se).max(floor);
         }
         match m.noise() {
             Some((sigma, dof)) => {

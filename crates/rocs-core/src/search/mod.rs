@@ -547,9 +547,51 @@ mod tests {
         });
         assert_eq!(k, 644, "windows after the refinement: {log:?}");
         // Had the placement's later windows read as k = 0 does, the search would end at
-        // k = 0 after two more (the best point's, then the next best's).
+        // k = 0 after three more (the best point's, then the next best's, then 741's: its
+        // one window, judged by the pooled noise, stays ahead of k = 0 by more than half
+        // the margin).
         let (k, log) = run_logged(s, |_, t| k0(t));
-        assert_eq!((k, log), (0, vec![644, 571]));
+        assert_eq!((k, log), (0, vec![644, 571, 741]));
+    }
+
+    #[test]
+    fn two_points_are_judged_by_their_own_repeats_not_by_a_third_measured_in_another_state() {
+        // random.md's run 475 (ppc970fx, alone, oracle 1.197), the windows its search
+        // measured, by window number: its loop of 2.7 LLCs fits once 251 pages are
+        // confined (each point measured over a pass), 287 read 0.386 while the loop still
+        // fit and 0.319 after 352 had over-filled the buffer and the loop thrashed again,
+        // as every point reads until a pass has gone by. Pooled, 287's two states buried
+        // 251's gain over k = 0 and the search kept nothing.
+        let mut s = Search::new(&Knobs::default(), 371, vec![233]);
+        let searched = [
+            (34, 0, 0.3189),
+            (35, 0, 0.3190),
+            (49, 251, 0.360),
+            (51, 287, 0.386),
+            (53, 352, 0.319),
+            (55, 312, 0.319),
+            (57, 273, 0.319),
+            (59, 287, 0.319),
+            (73, 251, 0.351),
+        ];
+        for (at, k, ipc) in searched {
+            s.record_at(at, k, ipc);
+        }
+        s.conclude();
+        let later = |k: usize, t: usize| match k {
+            0 => [0.3189, 0.3191][t % 2],
+            _ => [0.358, 0.352][t % 2],
+        };
+        let (k, log) = run_logged(s, later);
+        assert_eq!(k, 251, "windows after the refinement: {log:?}");
+        // Had 251 read as k = 0 the second time, its own scatter leaves no gain.
+        let mut s = Search::new(&Knobs::default(), 371, vec![233]);
+        for (at, k, ipc) in searched {
+            s.record_at(at, k, if at == 73 { 0.3185 } else { ipc });
+        }
+        s.conclude();
+        let (k, log) = run_logged(s, |_, t| [0.3189, 0.3191][t % 2]);
+        assert_eq!(k, 0, "windows after the refinement: {log:?}");
     }
 
     #[test]
