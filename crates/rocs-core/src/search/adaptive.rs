@@ -361,8 +361,12 @@ impl AdaptiveSearch {
     fn margin(&self, m: &Measurements, k1: usize, k2: usize) -> f64 {
         let level = m.mean(k1).unwrap_or(0.0).max(m.mean(k2).unwrap_or(0.0));
         let floor = self.noise_floor * level;
-        let (v1, v2) = (m.variance(k1), m.variance(k2));
-        if let (Some(v1), Some(v2), true) = (v1, v2, self.judged_by_group || k1 != k2) {
+        // (A point against itself, as the coarse pass's far-below test asks when its
+        // latest point is the best, keeps the pooled noise.)
+        let own = (self.judged_by_group || k1 != k2)
+            .then(|| m.variance(k1).zip(m.variance(k2)))
+            .flatten();
+        if let Some((v1, v2)) = own {
             let (n1, n2) = (m.count(k1) as f64, m.count(k2) as f64);
             let dof = n1 + n2 - 2.0;
             let z = 2.0 + 4.0 / dof;
