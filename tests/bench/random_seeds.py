@@ -17,7 +17,8 @@ summed over each such run's slowest tenant, its cycles over its baseline's less 
 into what page migrations and sampling cost it and the rest (probes at worse placements,
 the prefetcher off while profiling, other tenants' placements). --runs FILE also writes
 every run's speedup (offset, build, workload, machine, speedup, and in a shared run its
-slowest tenant's; tab-separated), to see which runs two builds part on. Shared runs also
+slowest tenant's; tab-separated), to see which runs two builds part on
+(tests/bench/compare_runs.py compares two such files run by run). Shared runs also
 count those whose slowest tenant ran below 0.95 of its baseline (issue 12's tenant bound).
 Each line also gives, where the page's oracle gains 5%, the median and the
 90th-percentile-worst of each run's speedup over the page's oracle speedup (issue 12's
@@ -212,9 +213,9 @@ def main():
                 if runs:
                     for row, speedup, result in zip(rows, got, results):
                         tenant = worst_tenant(result)
-                        tenant = "" if tenant is None else f"{tenant:.4f}"
+                        tenant = "" if tenant is None else f"{tenant:.6f}"
                         runs.write(f"{offset}\t{binary}\t{row['workload']}\t"
-                                   f"{row['machine']}\t{speedup:.4f}\t{tenant}\n")
+                                   f"{row['machine']}\t{speedup:.6f}\t{tenant}\n")
                     runs.flush()
                 geomean = math.exp(sum(map(math.log, got)) / len(got))
                 tenants = [t for t in map(worst_tenant, results) if t is not None]
