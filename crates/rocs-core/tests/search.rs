@@ -361,3 +361,50 @@ fn no_probe_confines_more_of_the_stacks_hits_than_the_stack_has_misses() {
         assert!(rel >= 1.05, "seed {seed}: relative IPC {rel:.3}");
     }
 }
+
+#[test]
+fn a_long_stack_whose_top_only_streams_is_probed_there_and_kept_as_measured() {
+    // 40,000 pages that only miss (zen4-like's art-like streams 31,826 of its 39,060) above
+    // 8,000 reused pages that lose their hits when confined: a stack longer than a search
+    // walks point by point. The search probes the stream's pages, nothing around them,
+    // and keeps them as measured.
+    let classes = vec![
+        Class {
+            first: 100_000,
+            pages: 40_000,
+            miss_rate: 1.0,
+            share: 0.6,
+            gain: 0.3,
+        },
+        Class {
+            first: 200_000,
+            pages: 8_000,
+            miss_rate: 0.4,
+            share: 0.4,
+            gain: -0.6,
+        },
+    ];
+    let mut world = World::new(classes, 0.01, 3);
+    world.samples_per_window = 100_000;
+    let mut d = Harness::new(knobs(SearchMode::Adaptive), world);
+    d.run_until_steady(100);
+    let streaming = d
+        .ctrl
+        .stack()
+        .entries()
+        .iter()
+        .take_while(|e| e.miss_rate >= 0.9)
+        .count();
+    assert!(
+        (39_000..=40_000).contains(&streaming),
+        "the stream's pages at the top: {streaming}"
+    );
+    let probed = probes(&d);
+    assert_eq!(probed.first(), Some(&streaming), "probes: {probed:?}");
+    assert!(
+        probed.iter().all(|&k| k == streaming),
+        "probed beyond or around the streaming top: {probed:?}"
+    );
+    assert_eq!(d.confined_is_top_k(), streaming);
+    assert_eq!(d.asked_to_move.len(), streaming, "pages moved");
+}

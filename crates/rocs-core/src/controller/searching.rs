@@ -298,6 +298,13 @@ impl Controller {
         if scored {
             search.judged_by_group();
         }
+        // A long stack's pages that only stream are what confining it is for.
+        if self.stack_takes_long_to_place() {
+            let streaming = self.streaming_top();
+            if streaming > 0 {
+                search.probe_streaming_top(streaming);
+            }
+        }
         let recalled = self.recall().filter(|_| unless_over_full.is_none());
         if let Some((k, accept_above)) = recalled {
             search.recall(k, accept_above);

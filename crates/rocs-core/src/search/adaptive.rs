@@ -47,10 +47,12 @@ pub struct AdaptiveSearch {
     /// Pages moved in one window: how far from the best point a revisit may go.
     #[serde(default)]
     page_budget: usize,
-    /// The loop fit probed first, measured over a pass of its loop (see
-    /// [`super::Search::probe_loop_fit_first`]).
-    #[serde(default)]
-    loop_fit_over_pass: Option<usize>,
+    /// The point probed first and measured over a pass of the program's loop, confirmed as
+    /// measured where it is the best coarse point: a loop fit
+    /// ([`super::Search::probe_loop_fit_first`]) or a long stack's streaming top
+    /// ([`super::Search::probe_streaming_top`]).
+    #[serde(default, alias = "loop_fit_over_pass")]
+    first_over_pass: Option<usize>,
     stage: Stage,
     /// How the search began to check a gain, until the controller takes it to report.
     #[serde(skip)]
@@ -216,7 +218,7 @@ impl AdaptiveSearch {
             drift_bound: None,
             trend: None,
             page_budget,
-            loop_fit_over_pass: None,
+            first_over_pass: None,
             stage: Stage::Baseline,
             check: None,
         }
@@ -239,7 +241,15 @@ impl AdaptiveSearch {
     pub fn probe_loop_fit_first(&mut self, k: usize) {
         self.probe_first(k);
         if self.coarse.first() == Some(&k) {
-            self.loop_fit_over_pass = Some(k);
+            self.first_over_pass = Some(k);
+        }
+    }
+
+    /// See [`super::Search::probe_streaming_top`].
+    pub fn probe_streaming_top(&mut self, k: usize) {
+        self.only_top(k);
+        if self.coarse == [k] {
+            self.first_over_pass = Some(k);
         }
     }
 
@@ -510,7 +520,7 @@ impl AdaptiveSearch {
             if best == 0
                 || best_ipc - base <= self.margin(m, best, 0)
                 || self.judged_by_group
-                || self.loop_fit_over_pass == Some(best)
+                || self.first_over_pass == Some(best)
             {
                 return Flow::Go(Stage::Confirm);
             }
