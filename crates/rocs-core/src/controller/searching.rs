@@ -304,6 +304,9 @@ impl Controller {
             if streaming > 0 {
                 search.probe_streaming_top(streaming);
             }
+            if self.loop_pass_cycles().is_some() {
+                search.measured_over_passes();
+            }
         }
         let recalled = self.recall().filter(|_| unless_over_full.is_none());
         if let Some((k, accept_above)) = recalled {
@@ -937,7 +940,7 @@ impl Controller {
                         .spent(measured.cycles as f64 * (1.0 - value / base));
                 }
             }
-            s.record_at(self.stats.windows, k, value);
+            s.record_at_with_mpki(self.stats.windows, k, value, mpki);
             // A placement that slowed the searcher itself past its own floor is refused,
             // and a larger one confines more of its pages and slows it further: the search
             // ends with what it measured (fixed seed 2 of tests/random_campaign.rs probed

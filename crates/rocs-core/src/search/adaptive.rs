@@ -53,6 +53,9 @@ pub struct AdaptiveSearch {
     /// ([`super::Search::probe_streaming_top`]).
     #[serde(default, alias = "loop_fit_over_pass")]
     first_over_pass: Option<usize>,
+    /// Every point is measured over a pass ([`super::Search::measured_over_passes`]).
+    #[serde(default)]
+    over_passes: bool,
     stage: Stage,
     /// How the search began to check a gain, until the controller takes it to report.
     #[serde(skip)]
@@ -138,6 +141,12 @@ const FAR_BELOW_MARGINS: f64 = 4.0;
 /// sent it to (0.9908 -> 0.9896 of off), and zen4-like's cg-like found nothing on its
 /// convex gain (tried.md, session 43).
 const CHEAP_FIRST_MAX_PAGES: usize = 4096;
+/// How far apart, relative to the first's, k = 0's first and last passes' LLC misses per
+/// 1000 instructions and IPC may be for the program to count as warm. A loop's pass over
+/// the same data at the same placement runs alike (zen4-like's cg-like: MPKI 35.55 and
+/// 35.59, IPC 0.1297 and 0.1295), while a warming LLC's passes differ by far more
+/// (neoverse-like's art-like: MPKI 16.20 then 13.91).
+const STEADY_PASSES: f64 = 0.02;
 
 impl AdaptiveSearch {
     /// `page_budget`: pages moved in one window. A first coarse point that takes more
@@ -219,6 +228,7 @@ impl AdaptiveSearch {
             trend: None,
             page_budget,
             first_over_pass: None,
+            over_passes: false,
             stage: Stage::Baseline,
             check: None,
         }
@@ -274,6 +284,20 @@ impl AdaptiveSearch {
         }
     }
 
+    /// See [`super::Search::measured_over_passes`].
+    pub fn measured_over_passes(&mut self) {
+        self.over_passes = true;
+    }
+
+    /// How fast IPC may drift on its own per window, as far as the search can tell: none
+    /// once k = 0's passes show the caches steady, else what the profile's windows allowed.
+    fn drift_bound(&self, m: &Measurements) -> Option<f64> {
+        if self.over_passes && k0_passes_alike(m) {
+            return Some(0.0);
+        }
+        self.drift_bound
+    }
+
     /// See [`super::Search::only_top`].
     pub fn only_top(&mut self, k: usize) {
         if k == 0 || k >= self.n {
@@ -318,9 +342,10 @@ impl AdaptiveSearch {
         // before the search: a warm-up's last windows (random.md's run 272: 0.473, 0.476
         // and 0.478 before a profile that read 0.472 for nine windows, and its first
         // probe, at k = 0's pace, was taken for a loss against 0.482).
+        let drift_bound = self.drift_bound(m);
         let slope = self
             .trend
-            .filter(|s| self.drift_bound.is_none_or(|bound| s.abs() <= bound))?;
+            .filter(|s| drift_bound.is_none_or(|bound| s.abs() <= bound))?;
         Some(m.mean(0)? + slope * (mean_time(m, k)? - mean_time(m, 0)?))
     }
 
@@ -615,7 +640,8 @@ impl AdaptiveSearch {
             let apart =
                 (mean_time(m, best).expect("measured") - mean_time(m, 0).expect("measured")).abs();
             let gain = best_ipc - base - margin;
-            if let Some(bound) = self.drift_bound.filter(|_| !trend_explains) {
+            let drift_bound = self.drift_bound(m);
+            if let Some(bound) = drift_bound.filter(|_| !trend_explains) {
                 if gain > bound * apart {
                     if m.count(best) < 2 && self.max_repeats >= 2 {
                         return Flow::Ask(Next::Measure(best));
@@ -635,7 +661,7 @@ impl AdaptiveSearch {
                     return Flow::Check(check, Stage::Revisit { k: best, at, from });
                 }
             }
-            let why = match self.drift_bound {
+            let why = match drift_bound {
                 _ if trend_explains => BlocksWhy::Trend,
                 None => BlocksWhy::DriftUnknown,
                 Some(drift) => BlocksWhy::Drift {
@@ -865,6 +891,23 @@ impl AdaptiveSearch {
         });
         margin.max(self.noise_floor * level)
     }
+}
+
+/// Whether k = 0's first and last windows with known LLC misses, at least two, ran alike:
+/// their misses and their IPC within [`STEADY_PASSES`] of the first's (a warm-up that is
+/// not the LLC's, a TLB's or a branch predictor's, shows in IPC alone).
+fn k0_passes_alike(m: &Measurements) -> bool {
+    let mut k0 = m
+        .in_order()
+        .iter()
+        .filter(|w| w.k == 0)
+        .filter_map(|w| w.mpki.map(|mpki| (w.ipc, mpki)));
+    let Some(first) = k0.next() else {
+        return false;
+    };
+    let alike = |a: f64, b: f64| (b - a).abs() <= STEADY_PASSES * a;
+    k0.next_back()
+        .is_some_and(|last| alike(first.0, last.0) && alike(first.1, last.1))
 }
 
 /// The mean window number of the windows measured at `k`.
