@@ -63,7 +63,13 @@ fn write_input(dir: &Path) -> PathBuf {
 }
 
 fn sort_under(tool_args: &[String], input: &Path) {
-    common::valgrind(tool_args, "sort", &[input.to_str().expect("a UTF-8 path")]);
+    let dir = input.parent().expect("in a directory");
+    common::valgrind(
+        tool_args,
+        dir,
+        "sort",
+        &[input.to_str().expect("a UTF-8 path")],
+    );
 }
 
 /// The `summary:` line of a cachegrind output file, by event name.
