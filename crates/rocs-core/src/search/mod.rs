@@ -651,7 +651,7 @@ mod tests {
     }
 
     #[test]
-    fn a_gain_over_passes_is_kept_without_blocks_once_k0s_passes_miss_alike() {
+    fn a_gain_over_passes_is_kept_without_blocks_once_k0s_passes_ran_alike() {
         // zen4-like's cg-like (seed 1): a stack of 87,529 pages whose top 81,281 only
         // stream, every point measured over a pass of its loop, by the window that ended
         // the pass. The profile's three windows (prefetchers off) allow a drift of 0.00105
