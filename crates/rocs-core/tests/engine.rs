@@ -636,7 +636,6 @@ fn a_gain_over_passes_is_kept_without_blocks_when_k0s_passes_ran_alike() {
     let streaming = 20_000;
     let ipc = move |pid: Pid, m: &FakeMachine| {
         let confined = m.confined.get(&pid).map_or(0, BTreeSet::len);
-        // The profile's windows scatter by 2%.
         let scatter = if !(5..=10).contains(&m.windows) {
             0.0
         } else {

@@ -56,8 +56,7 @@ fn text(bytes: usize) -> String {
 /// Run `program args` under lackey and write its trace to `trace` in rocs's binary format
 /// (faster to replay several times than lackey's text).
 fn record(dir: &Path, name: &str, program: &str, args: &[&str]) -> PathBuf {
-    // Named from `dir`, where valgrind runs: valgrind's own arguments move the program's
-    // addresses too.
+    // Relative to `dir`, where valgrind runs: no path of this test's on its command line.
     let tool = [
         "--tool=lackey".to_string(),
         "--trace-mem=yes".to_string(),

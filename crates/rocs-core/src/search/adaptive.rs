@@ -290,7 +290,7 @@ impl AdaptiveSearch {
     }
 
     /// How fast IPC may drift on its own per window, as far as the search can tell: none
-    /// once k = 0's passes show the caches steady, else what the profile's windows allowed.
+    /// once k = 0's passes ran alike, else what the profile's windows allowed.
     fn drift_bound(&self, m: &Measurements) -> Option<f64> {
         if self.over_passes && k0_passes_alike(m) {
             return Some(0.0);
