@@ -122,14 +122,10 @@ pub fn resolvable_gain(groups: &[&[f64]], repeats: u32) -> Option<f64> {
 }
 
 impl Measurements {
-    /// One window's IPC at `k`; `at` numbers the window (windows not measured count too).
-    pub fn record(&mut self, at: u64, k: usize, ipc: f64) {
-        self.log.push(Measured {
-            at,
-            k,
-            ipc,
-            mpki: None,
-        });
+    /// One window's IPC at `k`, and its MPKI where known; `at` numbers the window (windows
+    /// not measured count too).
+    pub fn record(&mut self, at: u64, k: usize, ipc: f64, mpki: Option<f64>) {
+        self.log.push(Measured { at, k, ipc, mpki });
     }
 
     /// Forget the windows measured from window number `at` on.
@@ -467,26 +463,21 @@ impl Search {
     /// another without a gap; see [`Search::record_at`].
     pub fn record(&mut self, k: usize, ipc: f64) {
         let at = self.measurements.log.last().map_or(0, |m| m.at + 1);
-        self.measurements.record(at, k, ipc);
+        self.measurements.record(at, k, ipc, None);
     }
 
     /// One window's IPC with the top `k` pages confined, measured in window number `at`
     /// (the windows after a move that are not measured count, so that a drift of IPC in
     /// time can be told from the effect of `k`).
     pub fn record_at(&mut self, at: u64, k: usize, ipc: f64) {
-        self.measurements.record(at, k, ipc);
+        self.measurements.record(at, k, ipc, None);
     }
 
     /// [`Search::record_at`] with the window's LLC misses per 1000 instructions: at
     /// k = 0, whether they moved says whether the caches were still warming
     /// ([`Search::measured_over_passes`]).
     pub fn record_at_with_mpki(&mut self, at: u64, k: usize, ipc: f64, mpki: f64) {
-        self.measurements.log.push(Measured {
-            at,
-            k,
-            ipc,
-            mpki: Some(mpki),
-        });
+        self.measurements.record(at, k, ipc, Some(mpki));
     }
 
     /// Forget the windows measured from window number `at` on (the program changed phase
