@@ -404,10 +404,19 @@ impl RunReport {
             }
             if let Some(o) = &m.oracle {
                 println!(
-                    "{:>10}  best k = {} ({} candidates tried{})",
+                    "{:>10}  best k = {} ({} candidates tried{}{})",
                     "",
                     o.k,
                     o.candidates.len(),
+                    if o.pages_not_confined > 0 {
+                        format!(
+                            "; {} of its placements' pages could not be moved: the pollute \
+                             buffer full, or not mapped",
+                            o.pages_not_confined
+                        )
+                    } else {
+                        String::new()
+                    },
                     if o.refused.is_empty() {
                         String::new()
                     } else {

@@ -41,6 +41,10 @@ pub struct EvalMode {
     pub chosen: Vec<Option<usize>>,
 }
 
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
 /// One workload on one machine: baseline, rocs in both search modes, oracle.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct EvalRow {
@@ -52,6 +56,10 @@ pub struct EvalRow {
     pub oracle_cycles: u64,
     /// The oracle's best `k` of each profile.
     pub oracle_ks: Vec<usize>,
+    /// Pages those `k` asked to confine that could not be moved: the pollute buffer was
+    /// full, or the page not mapped (0, and left out of the JSON, where every page moved).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub oracle_pages_not_confined: u64,
     /// baseline cycles / oracle cycles.
     pub oracle_speedup: f64,
     pub adaptive: EvalMode,
@@ -161,6 +169,7 @@ fn evaluate_searches(
         baseline_mpki: b.llc_mpki(),
         oracle_cycles: oracle.stats.cycles,
         oracle_ks: oracle.ks.clone(),
+        oracle_pages_not_confined: oracle.pages_not_confined,
         oracle_speedup: ratio(b.cycles, oracle.stats.cycles),
         adaptive: mode(&adaptive),
         linear: linear.as_ref().map(mode),
@@ -582,6 +591,7 @@ mod tests {
             baseline_mpki: 1.0,
             oracle_cycles: 1,
             oracle_ks: Vec::new(),
+            oracle_pages_not_confined: 0,
             oracle_speedup: oracle,
             linear: Some(adaptive.clone()),
             adaptive,

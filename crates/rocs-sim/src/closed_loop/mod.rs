@@ -278,6 +278,9 @@ pub struct OracleRun {
     /// Candidates not chosen whatever their cycles because they slowed a tenant by more
     /// than `max_slowdown` against the run with nothing confined: (profile index, k).
     pub refused: Vec<(usize, usize)>,
+    /// Pages the best `ks` asked to confine that could not be moved (a full pollute
+    /// buffer, or not mapped).
+    pub pages_not_confined: u64,
 }
 
 /// A machine built afresh for every run (from several threads at once: see

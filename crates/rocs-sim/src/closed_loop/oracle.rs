@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
-use rocs_core::{Pid, Placement, Remapper, VirtPage};
+use rocs_core::{PageResult, Pid, Placement, Remapper, VirtPage};
 
 use super::kept::{made_or_recalled, KeptRuns};
 use super::{
@@ -28,6 +28,8 @@ pub fn run_with_placements(
     m.set_pollute_colours(pollute)?;
     let mut next = 0;
     let mut confined: std::collections::HashMap<Pid, BTreeSet<VirtPage>> = Default::default();
+    // The k each target's last placement asked for.
+    let mut asked: std::collections::HashMap<Pid, usize> = Default::default();
     loop {
         // Apply every point that is due (the first may be due at once).
         while next < ks.len() {
@@ -50,20 +52,41 @@ pub fn run_with_placements(
             }
             let restore: Vec<VirtPage> = have.difference(&want).copied().collect();
             let pollute: Vec<VirtPage> = want.difference(have).copied().collect();
+            // A page whose move fails stays where it was (a full buffer, or not mapped).
+            asked.insert(p.pid, want.len());
+            let mut now = want;
             if !restore.is_empty() {
-                m.migrate(p.pid, &restore, Placement::Restore)?;
+                let moved = m.migrate(p.pid, &restore, Placement::Restore)?;
+                now.extend(failed(&restore, &moved));
             }
             if !pollute.is_empty() {
-                m.migrate(p.pid, &pollute, Placement::Pollute)?;
+                let moved = m.migrate(p.pid, &pollute, Placement::Pollute)?;
+                for page in failed(&pollute, &moved) {
+                    now.remove(&page);
+                }
             }
-            *have = want;
+            *have = now;
             next += 1;
         }
         if !m.run_for_checked(step)? {
             break;
         }
     }
-    Ok(m.totals())
+    let mut stats = m.totals();
+    let confined: usize = confined.values().map(BTreeSet::len).sum();
+    let asked: usize = asked.values().sum();
+    stats.pages_not_confined = asked.saturating_sub(confined) as u64;
+    Ok(stats)
+}
+
+/// The pages of `pages` whose move failed.
+fn failed(pages: &[VirtPage], moved: &[PageResult]) -> Vec<VirtPage> {
+    pages
+        .iter()
+        .zip(moved)
+        .filter(|(_, r)| r.is_err())
+        .map(|(page, _)| *page)
+        .collect()
 }
 
 /// Candidates for one profile: k = 0, an even grid, the region boundaries that matter,
@@ -258,6 +281,7 @@ pub fn run_oracle(
     }
     let stats = best_stats.expect("at least one point");
     Ok(OracleRun {
+        pages_not_confined: stats.pages_not_confined,
         stats,
         wall_seconds: start.elapsed().as_secs_f64(),
         simulated_accesses,
@@ -290,6 +314,58 @@ mod tests {
             .collect();
         let stats = RunStats::of_processes(processes);
         (stats.cycles, stats)
+    }
+
+    /// A stream of 512 pages on a machine whose pollute colour holds 64 frames.
+    const STREAM: &str = r#"
+name = "stream"
+[[process]]
+name = "p"
+accesses = 200_000
+[[process.region]]
+name = "stream"
+size = "2MiB"
+pattern = "sequential"
+share = 0.9
+[[process.region]]
+name = "table"
+size = "64KiB"
+pattern = "random"
+share = 0.1
+"#;
+
+    #[test]
+    fn the_oracle_counts_the_pages_that_did_not_fit_in_the_buffer() {
+        let mut spec = crate::MachineSpec::resolve("tiny").unwrap();
+        spec.memory = crate::size::ByteSize(4 << 20); // 1024 frames, 64 of each colour
+        let w = crate::Workload::from_toml("stream.toml", STREAM).unwrap();
+        let make = || crate::Machine::new(&spec, &w, 1);
+        let m = make().unwrap();
+        let pid = m.pids()[0];
+        let stream = m.region_stats(pid).unwrap()[0].clone();
+        let stack: Vec<VirtPage> = (0..stream.pages)
+            .map(|i| VirtPage(stream.first_page.0 + i))
+            .collect();
+        assert_eq!(stack.len(), 512);
+        let point = ProfilePoint {
+            pid,
+            instructions: 0,
+            pages_profiled: stack.len(),
+            stack_pages: stack.len(),
+            stack,
+            boundaries: Vec::new(),
+            chosen_k: Some(0),
+            search_windows: None,
+            steps: Vec::new(),
+        };
+        let pollute = [rocs_core::Colour(0)];
+        let run = |k: usize| {
+            run_with_placements(&make, std::slice::from_ref(&point), &[k], 100_000, &pollute)
+        };
+        assert_eq!(run(32).unwrap().pages_not_confined, 0, "32 pages fit");
+        // At most 64 of the 512 asked for fit (fewer where other pages hold colour 0).
+        let left_out = run(512).unwrap().pages_not_confined;
+        assert!((448..512).contains(&left_out), "{left_out} did not fit");
     }
 
     #[test]

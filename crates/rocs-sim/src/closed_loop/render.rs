@@ -231,7 +231,7 @@ impl Evaluation {
                     let (a, l) = (&r.adaptive, linear(r));
                     vec![
                         r.workload.clone(),
-                        format!("{:.3} ({})", r.oracle_speedup, ks(&r.oracle_ks)),
+                        oracle_cell(r),
                         format!("{:.3}", a.speedup),
                         format!("{:.3}", a.fraction_of_oracle),
                         format!("{:+.1}%", a.mpki_change * 100.0),
@@ -353,7 +353,7 @@ impl Evaluation {
                     vec![
                         r.workload.clone(),
                         format!("{:.2}", r.baseline_mpki),
-                        format!("{:.3} ({})", r.oracle_speedup, ks(&r.oracle_ks)),
+                        oracle_cell(r),
                         format!("{:.3}", r.adaptive.speedup),
                         format!("{:.3}", r.adaptive.fraction_of_oracle),
                         r.prefetch_on_speedup
@@ -415,6 +415,19 @@ impl Evaluation {
     }
 }
 
+/// The oracle's speedup and its `k`s, with the pages it could not move.
+fn oracle_cell(r: &EvalRow) -> String {
+    let mut cell = format!("{:.3} ({}", r.oracle_speedup, ks(&r.oracle_ks));
+    match r.oracle_pages_not_confined {
+        0 => {}
+        1 => cell += "; 1 page not moved",
+        n => {
+            let _ = write!(cell, "; {n} pages not moved");
+        }
+    }
+    cell + ")"
+}
+
 /// The chosen k of each profile, or "-".
 pub fn ks(ks: &[usize]) -> String {
     if ks.is_empty() {
@@ -458,6 +471,7 @@ mod tests {
             baseline_mpki: 1.0,
             oracle_cycles: 1,
             oracle_ks: Vec::new(),
+            oracle_pages_not_confined: 0,
             oracle_speedup: rocs,
             adaptive: mode,
             linear: None,
@@ -480,6 +494,18 @@ mod tests {
         assert_eq!(verdict(&row(1.00, 1.15, 1.15)), "loses to CAT");
         assert_eq!(verdict(&row(1.10, 1.10, 1.25)), "adds to CAT");
         assert_eq!(verdict(&row(1.000, 1.005, 1.008)), "ties");
+    }
+
+    #[test]
+    fn the_oracle_cell_says_how_many_pages_it_could_not_move() {
+        let mut r = row(1.155, 1.0, 1.0);
+        r.oracle_ks = vec![80928, 190185];
+        assert_eq!(oracle_cell(&r), "1.155 (80928, 190185)");
+        r.oracle_pages_not_confined = 59919;
+        assert_eq!(
+            oracle_cell(&r),
+            "1.155 (80928, 190185; 59919 pages not moved)"
+        );
     }
 
     #[test]

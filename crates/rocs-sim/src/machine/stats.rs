@@ -131,6 +131,12 @@ pub struct RunStats {
     #[serde(flatten)]
     pub counts: Counts,
     pub processes: Vec<ProcessStats>,
+    /// Pages that placements applied from outside a controller (the oracle's) asked to
+    /// confine but that stayed in ordinary colours at the end of the run: their moves
+    /// failed (no free frame in the pollute colours, or a sampled page not mapped). 0
+    /// otherwise.
+    #[serde(default)]
+    pub pages_not_confined: u64,
 }
 
 impl RunStats {
@@ -139,7 +145,11 @@ impl RunStats {
         for p in &processes {
             counts.add_process(&p.counts);
         }
-        RunStats { counts, processes }
+        RunStats {
+            counts,
+            processes,
+            pages_not_confined: 0,
+        }
     }
 }
 
