@@ -28,8 +28,8 @@ pub fn run_with_placements(
     m.set_pollute_colours(pollute)?;
     let mut next = 0;
     let mut confined: std::collections::HashMap<Pid, BTreeSet<VirtPage>> = Default::default();
-    // The k each target's last placement asked for.
-    let mut asked: std::collections::HashMap<Pid, usize> = Default::default();
+    // The pages each target's last placement could not move to the buffer.
+    let mut not_moved: std::collections::HashMap<Pid, usize> = Default::default();
     loop {
         // Apply every point that is due (the first may be due at once).
         while next < ks.len() {
@@ -53,18 +53,20 @@ pub fn run_with_placements(
             let restore: Vec<VirtPage> = have.difference(&want).copied().collect();
             let pollute: Vec<VirtPage> = want.difference(have).copied().collect();
             // A page whose move fails stays where it was (a full buffer, or not mapped).
-            asked.insert(p.pid, want.len());
             let mut now = want;
             if !restore.is_empty() {
                 let moved = m.migrate(p.pid, &restore, Placement::Restore)?;
                 now.extend(failed(&restore, &moved));
             }
+            let mut left_out = 0;
             if !pollute.is_empty() {
                 let moved = m.migrate(p.pid, &pollute, Placement::Pollute)?;
                 for page in failed(&pollute, &moved) {
                     now.remove(&page);
+                    left_out += 1;
                 }
             }
+            not_moved.insert(p.pid, left_out);
             *have = now;
             next += 1;
         }
@@ -73,9 +75,7 @@ pub fn run_with_placements(
         }
     }
     let mut stats = m.totals();
-    let confined: usize = confined.values().map(BTreeSet::len).sum();
-    let asked: usize = asked.values().sum();
-    stats.pages_not_confined = asked.saturating_sub(confined) as u64;
+    stats.pages_not_confined = not_moved.values().sum::<usize>() as u64;
     Ok(stats)
 }
 
