@@ -23,22 +23,7 @@ fn a_phase_change_reprofiles_and_searches_again_from_the_current_placement() {
         "no phase change without a change"
     );
     // New phase: the program now streams over the other region.
-    d.world.classes = vec![
-        Class {
-            first: 5000,
-            pages: 300,
-            miss_rate: 0.9,
-            share: 0.5,
-            gain: 0.3,
-        },
-        Class {
-            first: 6000,
-            pages: 200,
-            miss_rate: 0.3,
-            share: 0.5,
-            gain: -0.5,
-        },
-    ];
+    d.world.classes = phase_b();
     d.world.mpki = 35.0;
     let confined_before = d.ctrl.confined().len();
     assert!(confined_before > 0);
@@ -76,6 +61,61 @@ fn a_phase_change_reprofiles_and_searches_again_from_the_current_placement() {
     let top: HashSet<VirtPage> = d.ctrl.stack().top(new_phase.len()).collect();
     assert_eq!(new_phase, top);
     assert!(new_phase.iter().all(|p| (5000..5300).contains(&p.0)));
+}
+
+/// Phase B of the tests above: a stream over pages 5000..5300 that gains when confined,
+/// beside reused pages at 6000..6200 that lose.
+fn phase_b() -> Vec<Class> {
+    vec![
+        Class {
+            first: 5000,
+            pages: 300,
+            miss_rate: 0.9,
+            share: 0.5,
+            gain: 0.3,
+        },
+        Class {
+            first: 6000,
+            pages: 200,
+            miss_rate: 0.3,
+            share: 0.5,
+            gain: -0.5,
+        },
+    ]
+}
+
+#[test]
+fn a_search_that_finds_its_program_in_another_phase_than_its_profile_profiles_again() {
+    // Profiled in art-like's phase, the program turns to phase B as its search begins:
+    // its LLC references per kilo-instruction go from 40 to 70 before any page moves.
+    let mut d = Harness::new(
+        knobs(SearchMode::Adaptive),
+        World::new(art_like(), 0.01, 11),
+    );
+    for _ in 0..50 {
+        d.window();
+        if d.ctrl.state() == State::Search {
+            break;
+        }
+    }
+    assert_eq!(d.ctrl.state(), State::Search);
+    d.world.classes = phase_b();
+    d.world.mpki = 35.0;
+    d.run_until_steady(200);
+    // Probing the stack would have moved art-like's pages, which B does not touch: it
+    // profiled B instead, and confined B's stream.
+    assert_eq!(d.ctrl.stats().profiles, 2);
+    assert!(
+        !d.asked_to_move.iter().any(|&p| p < 5000),
+        "moved pages of the phase before"
+    );
+    assert!(d
+        .ctrl
+        .confined()
+        .iter()
+        .all(|p| (5000..5300).contains(&p.0)));
+    let rel = d.world.true_ipc() / d.world.base_ipc;
+    assert!(rel > 1.25, "relative IPC {rel}");
 }
 
 /// Run `d` through phases A (art-like), B (nothing to gain, other pages), then `a2`,

@@ -128,6 +128,30 @@ impl Stage {
     }
 }
 
+/// The LLC references per kilo-instruction of a profile's windows, each weighted by the
+/// samples it added: the mix of loads in which the stack ranks its pages.
+#[derive(Clone, Copy, Debug, Default)]
+struct ProfileMix {
+    weighted_apki: f64,
+    weight: u64,
+    /// The profile's samples counted so far.
+    counted: u64,
+}
+
+impl ProfileMix {
+    /// A profile window that ran at `apki`, after which the profile holds `samples`.
+    fn window(&mut self, apki: f64, samples: u64) {
+        let added = samples.saturating_sub(self.counted);
+        self.counted = samples;
+        self.weighted_apki += apki * added as f64;
+        self.weight += added;
+    }
+
+    fn apki(&self) -> Option<f64> {
+        (self.weight > 0).then(|| self.weighted_apki / self.weight as f64)
+    }
+}
+
 /// A profile that ended on its cost while each window still found many new pages.
 #[derive(Clone, Copy, Debug)]
 struct ProfileCut {
@@ -264,6 +288,11 @@ pub struct Controller {
     profile_cycles: u64,
     /// The latencies of the current profile's LLC samples.
     profile_latency: SampledLatency,
+    /// The mix of loads the current profile's samples were taken in.
+    profile_mix: ProfileMix,
+    /// The attempt in progress has profiled again once, its first profile being of
+    /// another phase (see `Controller::profile_again`).
+    profiled_again: bool,
     history: VecDeque<Event>,
     stats: Stats,
 }
@@ -310,6 +339,8 @@ impl Controller {
             profile_llc_references: 0,
             profile_cycles: 0,
             profile_latency: SampledLatency::default(),
+            profile_mix: ProfileMix::default(),
+            profiled_again: false,
             skip_window: false,
             history: VecDeque::new(),
             stats: Stats::default(),
@@ -687,6 +718,8 @@ impl Controller {
         *windows += 1;
         if ran {
             ipcs.push((self.stats.windows, delta.ipc()));
+            self.profile_mix
+                .window(delta.apki(), self.profile.samples_total());
         }
         // A profile lasts at least `profile_windows`, and goes on (up to
         // `profile_max_windows`) while each window still finds many new pages: a sweep over
@@ -864,11 +897,18 @@ impl Controller {
         self.beneficiaries.clear();
         self.placed = None;
         self.reverify_due = false;
+        self.pages.forget_failures();
+        self.profiled_again = false;
+        self.profile_afresh(reason, out);
+    }
+
+    /// Profile from scratch, as part of the attempt in progress.
+    pub(super) fn profile_afresh(&mut self, reason: String, out: &mut Vec<Action>) {
         self.profile.clear();
         self.profile_llc_references = 0;
         self.profile_cycles = 0;
         self.profile_latency = SampledLatency::default();
-        self.pages.forget_failures();
+        self.profile_mix = ProfileMix::default();
         self.stats.profiles += 1;
         self.enter_profile(0, false, reason, out);
     }

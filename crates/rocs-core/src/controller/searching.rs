@@ -129,6 +129,9 @@ pub(super) struct SearchRun {
     unmoved_mpki: Vec<f64>,
     /// Each measured window of the target's own.
     own_windows: Vec<OwnWindow>,
+    /// The LLC references per kilo-instruction the profile's samples were taken at (see
+    /// `ProfileMix`).
+    profile_apki: Option<f64>,
     /// The references per kilo-instruction changed during the search (see `mix_changed`),
     /// from this to this: it chose from the windows before the change.
     mix_changed: Option<(f64, f64)>,
@@ -348,6 +351,7 @@ impl Controller {
             started_at: self.stats.windows,
             judged_by_group: scored,
             profile_ipcs,
+            profile_apki: self.profile_mix.apki(),
             unless_over_full,
             ..SearchRun::default()
         };
@@ -960,6 +964,42 @@ impl Controller {
         self.search_step(out);
     }
 
+    /// The LLC references per kilo-instruction the profile's samples were taken at and the
+    /// search's windows at k = 0 now run at, if those left that level (see [`left_level`])
+    /// in an attempt that has not profiled again yet: the references are the loads that
+    /// miss the caches above the LLC, which no placement has changed yet, so the program
+    /// has changed phase since most of its samples were taken.
+    fn profile_of_another_mix(&self) -> Option<(f64, f64)> {
+        let run = self.run_mut_ref()?;
+        let profiled = run.profile_apki?;
+        if self.profiled_again {
+            return None;
+        }
+        let series: Vec<f64> = std::iter::once(profiled)
+            .chain(run.own_windows.iter().map(|w| w.apki))
+            .collect();
+        left_level(&series, self.knobs.phase_band, MPKI_FLOOR)
+            .then(|| (profiled, series[series.len() - 1]))
+    }
+
+    /// The stack ranks the pages of a phase the program has left (see
+    /// `profile_of_another_mix`): probing it would move pages by what they did then
+    /// (bzip2, traced: its block fill's pages, which only stream, probed as its sort
+    /// began to reuse them, at a third of the speed of off for two windows, in each of
+    /// three runs of the trace). Before any page moves, the attempt profiles the phase the
+    /// program is in, once: a program whose phases are shorter than a profile and a search
+    /// then searches what it profiled.
+    fn profile_again(&mut self, profiled: f64, now: f64, out: &mut Vec<Action>) {
+        self.profiled_again = true;
+        let reason = format!(
+            "the search's windows at k = 0 make {now:.1} LLC references per 1000 \
+             instructions, where the profile's samples were taken at {profiled:.1}: the \
+             program changed phase since, and the stack ranks the pages of the phase \
+             before; no page moved yet: profiling again"
+        );
+        self.profile_afresh(reason, out);
+    }
+
     /// Decide what the next window is for, and start the moves it needs.
     fn search_step(&mut self, out: &mut Vec<Action>) {
         let (Some(search), Stage::Search(run)) = (self.search.as_mut(), &self.stage) else {
@@ -981,6 +1021,12 @@ impl Controller {
                 let next = search.next_step();
                 if let Some(check) = search.take_check() {
                     self.event(EventKind::SearchChecks { check }, out);
+                }
+                if first_probe && matches!(next, Next::Measure(k) if k > 0) {
+                    if let Some((profiled, now)) = self.profile_of_another_mix() {
+                        self.profile_again(profiled, now, out);
+                        return;
+                    }
                 }
                 self.affordable(next, first_probe)
             }
