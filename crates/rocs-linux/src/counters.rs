@@ -5,6 +5,12 @@
 //! with `inherit` so that threads created later are counted into their creator's group.
 //! The kernel multiplexes groups when the PMU has too few counters: time_running <
 //! time_enabled. Values are then scaled by enabled/running and the delta says so.
+//!
+//! The events are grouped (scheduled together) but read one by one: the kernel refuses a
+//! group read (ECHILD) while any thread holds an inherited copy of the group that differs
+//! from it, and a thread created while the group was being built keeps such a copy for
+//! its whole life (`__perf_read_group_add` in kernel/events/core.c). A single read sums
+//! every inherited copy without that check.
 
 use std::collections::HashMap;
 use std::io;
@@ -69,6 +75,8 @@ impl CounterEvents {
 struct ThreadGroup {
     leader: Counter,
     members: Vec<Counter>,
+    /// What this thread's group read last (scaled), kept when the thread goes.
+    last: Totals,
 }
 
 #[derive(Default, Clone, Copy)]
@@ -83,6 +91,36 @@ struct TargetCounters {
     last: Totals,
     /// Totals of groups whose thread is gone (kept so deltas never go backwards).
     retired: Totals,
+}
+
+impl Totals {
+    fn add(&mut self, other: &Totals) {
+        for (acc, v) in self.values.iter_mut().zip(other.values) {
+            *acc += v;
+        }
+        self.enabled += other.enabled;
+        self.running += other.running;
+    }
+}
+
+impl ThreadGroup {
+    /// Every event of the group, each scaled by its own enabled/running; the group's
+    /// times are the leader's (a group is scheduled as one).
+    fn read(&mut self) -> io::Result<Totals> {
+        let mut totals = Totals::default();
+        for (i, counter) in std::iter::once(&mut self.leader)
+            .chain(self.members.iter_mut())
+            .enumerate()
+        {
+            let c = counter.read_count_and_time()?;
+            totals.values[i] = scale(c.count, c.time_enabled, c.time_running);
+            if i == 0 {
+                totals.enabled = c.time_enabled;
+                totals.running = c.time_running;
+            }
+        }
+        Ok(totals)
+    }
 }
 
 /// A multiplexed count extrapolated to the whole enabled time (what `perf stat` does):
@@ -131,12 +169,7 @@ impl LinuxCounters {
                 .inherit(true)
                 .exclude_kernel(true)
                 .exclude_hv(true)
-                .read_format(
-                    ReadFormat::GROUP
-                        | ReadFormat::ID
-                        | ReadFormat::TOTAL_TIME_ENABLED
-                        | ReadFormat::TOTAL_TIME_RUNNING,
-                );
+                .read_format(ReadFormat::TOTAL_TIME_ENABLED | ReadFormat::TOTAL_TIME_RUNNING);
             match leader.as_mut() {
                 None => leader = Some(b.build()?),
                 Some(l) => members.push(b.build_with_group(l)?),
@@ -144,7 +177,28 @@ impl LinuxCounters {
         }
         let mut leader = leader.expect("four events");
         leader.enable_group()?;
-        Ok(ThreadGroup { leader, members })
+        Ok(ThreadGroup {
+            leader,
+            members,
+            last: Totals::default(),
+        })
+    }
+
+    /// [`Self::open_group`], again when the kernel refused it: while the thread creates
+    /// or ends threads, the kernel can refuse a member (EINVAL, ENODEV) that it accepts
+    /// a moment later (it swaps equal inherited contexts between tasks on a context
+    /// switch, and a member must share its leader's context). A thread that has exited
+    /// is refused with ESRCH.
+    fn open_group_settled(&self, tid: u32) -> io::Result<ThreadGroup> {
+        const ATTEMPTS: usize = 5;
+        let mut result = self.open_group(tid);
+        for _ in 1..ATTEMPTS {
+            if result.is_ok() {
+                break;
+            }
+            result = self.open_group(tid);
+        }
+        result
     }
 
     /// Attach groups to threads not yet counted.
@@ -162,7 +216,7 @@ impl LinuxCounters {
             if !known.is_empty() {
                 continue;
             }
-            match self.open_group(tid) {
+            match self.open_group_settled(tid) {
                 Ok(g) => {
                     self.targets
                         .entry(pid)
@@ -204,34 +258,22 @@ impl Counters for LinuxCounters {
             .targets
             .get_mut(&pid)
             .ok_or(CountersError::NoSuchProcess(pid))?;
-        let mut now = t.retired;
         let mut gone = Vec::new();
         for (&tid, g) in t.groups.iter_mut() {
-            let data = match g.leader.read_group() {
-                Ok(d) => d,
-                Err(e) => {
-                    gone.push(tid);
-                    if tid == pid {
-                        return Err(CountersError::Read { pid, source: e });
-                    }
-                    continue;
-                }
-            };
-            let enabled = data.time_enabled().map_or(0, |d| d.as_nanos() as u64);
-            let running = data.time_running().map_or(0, |d| d.as_nanos() as u64);
-            let mut raw = [0u64; 4];
-            raw[0] = data.get(&g.leader).map_or(0, |e| e.value());
-            for (i, m) in g.members.iter().enumerate() {
-                raw[i + 1] = data.get(m).map_or(0, |e| e.value());
+            match g.read() {
+                Ok(totals) => g.last = totals,
+                Err(e) if tid == pid => return Err(CountersError::Read { pid, source: e }),
+                Err(_) => gone.push(tid),
             }
-            for (acc, v) in now.values.iter_mut().zip(raw) {
-                *acc += scale(v, enabled, running);
-            }
-            now.enabled += enabled;
-            now.running += running;
         }
         for tid in gone {
-            t.groups.remove(&tid);
+            if let Some(g) = t.groups.remove(&tid) {
+                t.retired.add(&g.last);
+            }
+        }
+        let mut now = t.retired;
+        for g in t.groups.values() {
+            now.add(&g.last);
         }
         let d = |a: u64, b: u64| a.saturating_sub(b);
         let delta = CounterDelta {

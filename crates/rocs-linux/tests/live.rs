@@ -206,6 +206,35 @@ fn counting_groups_follow_the_target() {
     }
 }
 
+#[test]
+fn counting_survives_threads_created_while_it_attaches() {
+    // A target whose main thread never stops creating threads: some are created while
+    // a group is being built on it and inherit only part of it, for their whole life.
+    let mut target = Command::new("python3")
+        .arg("-c")
+        .arg(
+            "import threading, time\n\
+             while True:\n    \
+                 threading.Thread(target=time.sleep, args=(0.02,)).start()\n    \
+                 time.sleep(0.0002)\n",
+        )
+        .spawn()
+        .expect("python3 runs");
+    std::thread::sleep(Duration::from_millis(300));
+    let pid = target.id();
+    for attach in 0..100 {
+        let mut counters = LinuxCounters::new(CounterEvents::SOFTWARE_STAND_INS);
+        for read in 0..3 {
+            if let Err(e) = counters.read(pid) {
+                let _ = target.kill();
+                panic!("attach {attach}, read {read}: {e}");
+            }
+        }
+    }
+    target.kill().unwrap();
+    target.wait().unwrap();
+}
+
 /// Each thread: map 1 MiB, touch every page once, report (tid, start, end, created after
 /// sampling started).
 fn touching_thread(started: &std::sync::atomic::AtomicBool) -> (u32, u64, u64, bool) {
