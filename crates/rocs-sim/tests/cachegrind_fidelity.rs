@@ -69,6 +69,7 @@ fn sort_under(tool_args: &[String], input: &Path) {
         dir,
         "sort",
         &[input.to_str().expect("a UTF-8 path")],
+        &[],
     );
 }
 

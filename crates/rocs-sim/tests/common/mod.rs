@@ -4,13 +4,19 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 
 /// Run `program args` under valgrind with `tool_args` (the tool and its options), in `dir`
-/// with only `PATH=/usr/bin:/bin` and the C locale in its environment, its output
+/// with only `PATH=/usr/bin:/bin`, the C locale and `env` in its environment, its output
 /// discarded; panics with valgrind's messages if it fails. The program's stack starts with
 /// its arguments and environment, so the addresses it touches, and with them which of its
 /// data share a page, would otherwise move with the paths in its arguments and with
 /// whoever runs the tests (bzip2's trace, its input named by a path holding the test's
 /// pid, read 0.988 of off on ppc970fx here and passed in CI).
-pub fn valgrind(tool_args: &[String], dir: &Path, program: &str, args: &[&str]) {
+pub fn valgrind(
+    tool_args: &[String],
+    dir: &Path,
+    program: &str,
+    args: &[&str],
+    env: &[(&str, &str)],
+) {
     let out = Command::new("valgrind")
         .args(tool_args)
         .arg(program)
@@ -19,6 +25,7 @@ pub fn valgrind(tool_args: &[String], dir: &Path, program: &str, args: &[&str]) 
         .env_clear()
         .env("PATH", "/usr/bin:/bin")
         .env("LC_ALL", "C")
+        .envs(env.iter().copied())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .output()
