@@ -20,7 +20,7 @@ use rocs_sim::{
 /// Times each trace is replayed: a short program's cold start would be most of one pass.
 const REPEAT: u32 = 3;
 
-/// Bytes of environment (a variable PAD) before bzip2's second run.
+/// Bytes of environment (a variable PAD) the padded bzip2 case adds: another layout.
 const PADDED_LAYOUT: usize = 4000;
 
 fn on_path(program: &str) -> bool {
