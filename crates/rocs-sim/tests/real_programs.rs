@@ -147,7 +147,9 @@ fn real_programs_are_never_slower_with_rocs() {
     // and read 0.9813 of off at the window's costs before 50026b7 (9 of 13 layouts, 0 to
     // 6000 bytes, below 0.99 then; tests/bench/real_layouts.py sweeps them).
     let pad = "x".repeat(PADDED_LAYOUT);
-    let cases: [(&str, &str, Vec<&str>, Vec<(&str, &str)>); 4] = [
+    // name, program, arguments, variables added to its environment
+    type Case<'a> = (&'a str, &'a str, Vec<&'a str>, Vec<(&'a str, &'a str)>);
+    let cases: [Case; 4] = [
         ("gzip", "gzip", vec!["-c", "-6", input], vec![]),
         ("sort", "sort", vec![input], vec![]),
         ("bzip2", "bzip2", vec!["-c", "-9", input], vec![]),
