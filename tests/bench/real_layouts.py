@@ -98,6 +98,8 @@ def main():
     parser.add_argument("--dir", default="/tmp/rocs-real-programs-layouts")
     parser.add_argument("--jobs", type=int, default=2)
     args = parser.parse_args()
+    # The programs are traced in --dir: a build named by a relative path is found from here.
+    args.rocsctl = [os.path.abspath(b) if os.sep in b else b for b in args.rocsctl]
     os.makedirs(args.dir, exist_ok=True)
     with open(os.path.join(args.dir, "input.txt"), "w") as f:
         f.write(text(40_000))
