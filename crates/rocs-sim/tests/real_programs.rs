@@ -58,8 +58,8 @@ fn text(bytes: usize) -> String {
 }
 
 /// Run `program args` under lackey, with `env` added to its environment, and write its
-/// trace to `trace` in rocs's binary format (faster to replay several times than
-/// lackey's text).
+/// trace to `dir/name.rtrace` in rocs's binary format (faster to replay several times
+/// than lackey's text).
 fn record(dir: &Path, name: &str, program: &str, args: &[&str], env: &[(&str, &str)]) -> PathBuf {
     // Relative to `dir`, where valgrind runs: no path of this test's on its command line.
     let tool = [
