@@ -862,11 +862,20 @@ impl Controller {
         self.stats.phase_changes += 1;
         self.unsampled_ipcs.clear();
         self.unsampled_from_start = false;
+        let configured = self.knobs.phase_band;
+        let band = match phase.changed_band() {
+            Some(b) if b < configured => format!(
+                "±{:.1}% band (phase_band {:.0}%, narrowed where the phase's windows \
+                 scattered little)",
+                b * 100.0,
+                configured * 100.0
+            ),
+            _ => format!("±{:.0}% band", configured * 100.0),
+        };
         let reason = format!(
-            "phase change: IPC {:.3}, MPKI {:.2} outside the ±{:.0}% band for {} windows",
+            "phase change: IPC {:.3}, MPKI {:.2} outside the {band} for {} windows",
             delta.ipc(),
             delta.mpki(),
-            self.knobs.phase_band * 100.0,
             self.knobs.phase_windows
         );
         if !self.worth_profiling(delta) {

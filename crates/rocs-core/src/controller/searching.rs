@@ -8,7 +8,7 @@ use super::group::GroupJudge;
 use super::messages::{Action, ColourReport, EventKind, MemberWindow, SharerPace, WindowContext};
 use super::{Controller, Deferred, Stage};
 use crate::knobs::SearchMode;
-use crate::phase::MPKI_FLOOR;
+use crate::phase::{outside, MPKI_FLOOR};
 use crate::regions::{build_stack, pool_regions, RegionParams, RegionPool, StackBuild};
 use crate::search::{resolvable_gain, Next, Search};
 use crate::{Colour, CounterDelta, MissRateStack, PageProfile, Pid, StackEntry, VirtPage};
@@ -1781,11 +1781,6 @@ fn overlap(a: &HashSet<VirtPage>, b: &HashSet<VirtPage>) -> f64 {
 /// group, and another sharer has reused data that misses.
 fn for_others(context: &WindowContext) -> bool {
     context.group.is_some() && context.sharers_miss
-}
-
-/// Whether `x` lies outside `band` of `from` (judged against at least `floor`).
-fn outside(from: f64, x: f64, band: f64, floor: f64) -> bool {
-    (x - from).abs() > band * from.max(floor)
 }
 
 /// Whether a series of windows' readings left the first window's level and settled
