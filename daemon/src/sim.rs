@@ -263,6 +263,7 @@ impl SimHost {
                 }
             };
             controller.set_llc(&geometry);
+            controller.set_sampling_pauses_prefetch(run.machine.pauses_prefetch_while_sampling());
             // The machine's pollute buffer follows the policy of its targets.
             if let Err(e) = run
                 .machine

@@ -118,6 +118,31 @@ fn a_search_that_finds_its_program_in_another_phase_than_its_profile_profiles_ag
     assert!(rel > 1.25, "relative IPC {rel}");
 }
 
+#[test]
+fn a_profile_taken_with_the_prefetcher_off_is_not_of_another_mix() {
+    // zen4-like's art-like: its profile's windows made 102.5 LLC references per 1000
+    // instructions and its search's at k = 0 51.7, the same phase: the platform switches
+    // the prefetcher off while it samples. Taken for a phase change, that cost a second
+    // profile at half the program's speed.
+    let profiles = |pauses: bool| {
+        let mut d = Harness::new(
+            knobs(SearchMode::Adaptive),
+            World::new(art_like(), 0.01, 11),
+        );
+        d.world.references_while_sampling = 2.0;
+        d.ctrl.set_sampling_pauses_prefetch(pauses);
+        d.run_until_steady(200);
+        assert!(!d.ctrl.confined().is_empty());
+        d.ctrl.stats().profiles
+    };
+    assert_eq!(
+        profiles(false),
+        2,
+        "the mix of a profile without the prefetcher"
+    );
+    assert_eq!(profiles(true), 1);
+}
+
 /// Run `d` through phases A (art-like), B (nothing to gain, other pages), then `a2`,
 /// holding each long enough for the phase watch; returns the search windows of the last
 /// search and the pages moved during it.

@@ -279,6 +279,9 @@ pub struct Controller {
     /// How many pages one colour of the LLC holds (its ways, in every slice); 0 until the
     /// platform says what the LLC is.
     colour_pages: u64,
+    /// The platform switches a prefetcher off while it samples
+    /// ([`Controller::set_sampling_pauses_prefetch`]).
+    sampling_pauses_prefetch: bool,
     /// LLC misses of this target and the others sharing its LLC since it was attached.
     llc_misses_seen: u64,
     /// LLC references the target made in the current profile's windows: with the
@@ -335,6 +338,7 @@ impl Controller {
             llc_lines: 0,
             llc_room_pages: 0,
             colour_pages: 0,
+            sampling_pauses_prefetch: false,
             llc_misses_seen: 0,
             profile_llc_references: 0,
             profile_cycles: 0,
@@ -362,6 +366,13 @@ impl Controller {
         let ordinary = colours.saturating_sub(self.pollute.len() as u64);
         self.llc_room_pages = pages * ordinary / colours;
         self.colour_pages = llc.ways * llc.slices;
+    }
+
+    /// The platform switches the target's prefetcher off while it samples (as ROCS
+    /// profiled, so that streaming pages show their misses): a profile's windows then make
+    /// another mix of LLC references than the windows around them.
+    pub fn set_sampling_pauses_prefetch(&mut self, pauses: bool) {
+        self.sampling_pauses_prefetch = pauses;
     }
 
     /// What this target spent on fruitless attempts, for its sharers' budget.

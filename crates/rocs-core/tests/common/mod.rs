@@ -59,6 +59,9 @@ pub struct World {
     /// IPC grows by this share of the base IPC each window, whatever is confined (a
     /// program warming up).
     pub warming: f64,
+    /// LLC references are this many times as many in a window spent sampling (a
+    /// prefetcher switched off while the PMU samples: its demand loads then miss the L2).
+    pub references_while_sampling: f64,
     pub windows: u64,
 }
 
@@ -75,6 +78,7 @@ impl World {
             unmovable: HashSet::new(),
             confined: HashSet::new(),
             warming: 0.0,
+            references_while_sampling: 1.0,
             windows: 0,
         }
     }
@@ -131,10 +135,15 @@ impl World {
         let cycles = 1_000_000_000u64;
         let instructions = (ipc * cycles as f64) as u64;
         let llc_misses = (self.mpki * instructions as f64 / 1000.0) as u64;
+        let per_miss = if self.sampling {
+            2.0 * self.references_while_sampling
+        } else {
+            2.0
+        };
         CounterDelta {
             instructions,
             cycles,
-            llc_references: llc_misses * 2,
+            llc_references: (llc_misses as f64 * per_miss) as u64,
             llc_misses,
             time_enabled: cycles,
             time_running: cycles,

@@ -373,6 +373,7 @@ pub fn run_rocs(
     for pid in m.pids() {
         let mut ctrl = Controller::new(pid, knobs.clone(), m.page_shift(), colours)?;
         ctrl.set_llc(&llc);
+        ctrl.set_sampling_pauses_prefetch(m.pauses_prefetch_while_sampling());
         if engine.is_empty() {
             m.set_pollute_colours(ctrl.pollute_colours())?;
         }

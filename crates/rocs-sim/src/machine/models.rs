@@ -42,4 +42,11 @@ impl Machine {
     pub fn set_prefetch_off_while_sampling(&mut self, off: bool) {
         self.prefetch_off_while_sampling = off;
     }
+
+    /// Whether sampling switches a prefetcher off (see
+    /// [`Machine::set_prefetch_off_while_sampling`]): a profile's windows then make another
+    /// mix of LLC references than unsampled ones.
+    pub fn pauses_prefetch_while_sampling(&self) -> bool {
+        self.prefetch_off_while_sampling && self.spec.prefetch.is_some()
+    }
 }
