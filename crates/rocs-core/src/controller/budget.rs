@@ -9,9 +9,13 @@
 //! until the target has run long enough for that cost to be a small share of its cycles
 //! (`overhead_budget`), a share that halves with each fruitless attempt in a row. So a
 //! target with nothing to gain pays for its first attempt and then for ever fewer, and
-//! its overhead tends to zero, however often its phases seem to change. Only a profile
-//! that goes on to find a loop (see `Controller::profile_window`) may spend up to the
-//! budget itself: what fruitless attempts cost stays within it.
+//! its overhead tends to zero, however often its phases seem to change. After an attempt
+//! that found nothing, the next also waits until its own cost fits, and its profile ends
+//! at its minimum length rather than spend past the share: a program of short phases
+//! otherwise starts one as soon as the cost so far fits, and spends past the budget with
+//! it. Only a profile that goes on to find a loop (see
+//! `Controller::profile_window`) may spend up to the budget itself: what fruitless
+//! attempts cost stays within it.
 //!
 //! The targets of one LLC share that budget: what each spent on fruitless attempts, the
 //! attempts in a row and the cycles run are summed over them. Each would otherwise have a
@@ -71,6 +75,10 @@ pub(super) struct Spending {
     /// What the last attempt cost, its restores included, while it may be resumed: it was
     /// fruitless, and no attempt has started since.
     resumable: Option<f64>,
+    /// What the last attempt cost, if it ended having found nothing to confine (not
+    /// abandoned: see [`Spending::abandon`]) under the mix of targets running now, and no
+    /// attempt has been fruitful since.
+    found_nothing: Option<f64>,
 }
 
 impl Spending {
@@ -129,6 +137,33 @@ impl Spending {
 
     /// The attempt ended; `fruitful`: it confined something.
     pub fn end(&mut self, fruitful: bool) {
+        if let Some(cost) = self.attempt {
+            self.found_nothing = (!fruitful).then_some(cost.max(0.0));
+        }
+        self.close(fruitful);
+    }
+
+    /// The attempt was abandoned before it could judge (the targets sharing the LLC
+    /// changed, the program changed phase under its search): it cost as a fruitless one
+    /// does, but the target has not learnt that there is nothing to win.
+    pub fn abandon(&mut self) {
+        self.close(false);
+    }
+
+    /// The targets sharing the LLC changed: what an attempt found nothing in was another
+    /// mix, and the next is no retry of it.
+    pub fn new_mix(&mut self) {
+        self.found_nothing = None;
+    }
+
+    /// What the next attempt is counted to cost before it may start, its cheapest form
+    /// costing `cycles` (see [`Spending::affords_attempt`]): `None` unless an attempt of
+    /// this target's found nothing under the mix running now.
+    pub fn next_attempt_cost(&self, cycles: f64) -> Option<f64> {
+        self.found_nothing.map(|last| last.max(cycles))
+    }
+
+    fn close(&mut self, fruitful: bool) {
         let Some(cost) = self.attempt.take() else {
             return;
         };
@@ -159,6 +194,32 @@ impl Spending {
     pub fn affords(&self, budget: f64, cycles: f64, sharers: SharedSpending) -> bool {
         let all = self.shared() + sharers;
         all.fits(share(budget, &all), cycles)
+    }
+
+    /// Whether an attempt whose cheapest form costs `cycles` may start now. The first
+    /// attempt on the LLC is free. After an attempt of this target's that found nothing,
+    /// the next starts only once what fruitless attempts cost and the next's own cost fit
+    /// in the share [`Spending::affords`] allows, that cost being what the last attempt
+    /// cost or the cheapest form, whichever is more: starting on the cost so far alone let
+    /// bzip2's third attempt start as soon as the first two fit, and its real trace on
+    /// ppc970fx lost 1.2% to the three. Otherwise (its sharers' attempts, or its own that
+    /// were abandoned) the cost so far must fit: the target has not learnt that it has
+    /// nothing to win, and counting its next attempt as well delayed it past the phases and
+    /// mixes it could win in (random.md's shared runs at the machine's costs: geomean
+    /// -0.4%).
+    pub fn affords_attempt(&self, budget: f64, cycles: f64, sharers: SharedSpending) -> bool {
+        let all = self.shared() + sharers;
+        let next = self.next_attempt_cost(cycles).unwrap_or(0.0);
+        all.fruitless_attempts == 0 || all.fits(share(budget, &all), next)
+    }
+
+    /// Whether the attempt in progress, a retry after one that found nothing, may spend
+    /// `next` more cycles: what fruitless attempts cost and its own cost so far with them
+    /// fit in the share [`Spending::affords`] allows. Any other attempt may.
+    pub fn retry_affords(&self, budget: f64, next: f64, sharers: SharedSpending) -> bool {
+        let all = self.shared() + sharers;
+        let spent = self.attempt.unwrap_or(0.0);
+        self.found_nothing.is_none() || all.fits(share(budget, &all), spent + next)
     }
 
     /// Whether `cycles` more fit in `budget` itself, not halved for the fruitless attempts
@@ -237,6 +298,71 @@ mod tests {
         s.moved(1e9);
         assert!(s.affords(0.01, 0.0, NONE));
         assert_eq!(s.shares(0.01, NONE), (0.0, 0.01));
+    }
+
+    #[test]
+    fn after_an_attempt_that_found_nothing_the_next_starts_only_if_its_cost_fits() {
+        let mut s = Spending::default();
+        s.window(100_000);
+        assert!(
+            s.affords_attempt(0.01, 1e9, NONE),
+            "the first attempt is free, whatever it costs"
+        );
+        s.start();
+        s.spent(500.0);
+        s.end(false);
+        // 500 cycles lost of 100,000: 0.5%, within 1% on their own, but not with a
+        // profile that would cost 600 more.
+        assert!(s.affords(0.01, 0.0, NONE));
+        assert!(!s.affords_attempt(0.01, 600.0, NONE));
+        assert!(s.affords_attempt(0.01, 500.0, NONE));
+        // What the attempt that found nothing cost is the estimate, if more.
+        let mut dear = s.clone();
+        dear.start();
+        dear.spent(200.0);
+        dear.end(false);
+        dear.window(200_000);
+        // 700 cycles of 300,000, at the share halved for two attempts in a row (1,500).
+        assert!(dear.affords_attempt(0.01, 0.0, NONE));
+        assert!(!dear.affords_attempt(0.01, 801.0, NONE));
+        assert!(dear.affords_attempt(0.01, 800.0, NONE));
+        // Once a retry has started, it may spend only what keeps within that share.
+        let mut retry = s.clone();
+        retry.start();
+        retry.spent(300.0);
+        assert!(retry.retry_affords(0.01, 200.0, NONE));
+        assert!(!retry.retry_affords(0.01, 201.0, NONE));
+        // Nor after a change of the LLC's sharers.
+        let mut m = s.clone();
+        m.new_mix();
+        assert!(m.affords_attempt(0.01, 600.0, NONE));
+        // An abandoned attempt costs as much, but is not a reason to wait for the next.
+        let mut a = Spending::default();
+        a.window(100_000);
+        a.start();
+        a.spent(500.0);
+        a.abandon();
+        assert_eq!(a.shares(0.01, NONE).0, 0.005);
+        assert!(a.affords_attempt(0.01, 600.0, NONE));
+        a.start();
+        assert!(a.retry_affords(0.01, 1e9, NONE), "nor is it a retry");
+        // A target that has not tried yet waits only for its sharers' fruitless attempts
+        // to fit in 1% of the 200,000 cycles the two ran, whatever its own would cost.
+        let fresh = Spending {
+            cycles_seen: 100_000,
+            ..Spending::default()
+        };
+        let sharer = SharedSpending {
+            fruitless_cycles: 1_000.0,
+            fruitless_attempts: 1,
+            cycles_seen: 100_000,
+        };
+        assert!(fresh.affords_attempt(0.01, 1e9, sharer));
+        let spent = SharedSpending {
+            fruitless_cycles: 2_001.0,
+            ..sharer
+        };
+        assert!(!fresh.affords_attempt(0.01, 0.0, spent));
     }
 
     #[test]

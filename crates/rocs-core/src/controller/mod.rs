@@ -239,6 +239,13 @@ pub struct Controller {
     fruitless: u32,
     /// What attempts (a profile and its search) cost, and when the next may start.
     spending: Spending,
+    /// The share of its cycles the last profile's sampling cost (`None` before the
+    /// first): what the next attempt's profile is expected to cost a window. How much
+    /// slower its windows ran is not counted: that depends as much on the phase they fell
+    /// in (random-tiny-a70abc49 at the machine's costs: a profile across a phase change
+    /// cost 0.9 M cycles, and a retry that counted it waited out the phase its search had
+    /// gained 141% in, 1.32 -> 1.00 of off).
+    profile_sampling_share: Option<f64>,
     /// What the other targets of the LLC spent on fruitless attempts, as of the last window.
     sharers_spending: SharedSpending,
     /// The last profile ended on its cost before it had seen the program whole.
@@ -323,6 +330,7 @@ impl Controller {
             cycles_per_load_share: None,
             fruitless: 0,
             spending: Spending::default(),
+            profile_sampling_share: None,
             sharers_spending: SharedSpending::default(),
             profile_cut: None,
             deferred: None,
@@ -385,6 +393,28 @@ impl Controller {
     fn affords(&self, cycles: f64) -> bool {
         self.spending
             .affords(self.knobs.overhead_budget, cycles, self.sharers_spending)
+    }
+
+    /// Whether a new attempt may start, in windows of `window_cycles`: the first is free;
+    /// after one of its own that found nothing, its cost (what that one cost, or its
+    /// cheapest form, a profile of `profile_windows` windows each sampled as the last
+    /// profile was, whichever is more) must fit in the budget with what fruitless attempts
+    /// cost already (see [`Spending::affords_attempt`]).
+    fn affords_an_attempt(&self, window_cycles: u64) -> bool {
+        self.spending.affords_attempt(
+            self.knobs.overhead_budget,
+            self.cheapest_attempt(window_cycles),
+            self.sharers_spending,
+        )
+    }
+
+    /// What the cheapest attempt costs in windows of `window_cycles` (see
+    /// [`Controller::affords_an_attempt`]).
+    fn cheapest_attempt(&self, window_cycles: u64) -> f64 {
+        let share = self
+            .profile_sampling_share
+            .unwrap_or(self.knobs.sample_cpu_budget);
+        f64::from(self.knobs.profile_windows) * share * window_cycles as f64
     }
 
     /// What fruitless attempts on the LLC cost, as a share of the cycles its targets ran,
@@ -572,6 +602,8 @@ impl Controller {
                     cost.slower += slower_than(&delta, *reference_ipc);
                     cost.sampling += sampling;
                     self.spending.spent(cost.spent() - before);
+                    // `cycles` is not 0: the target ran.
+                    self.profile_sampling_share = Some(cost.sampling / *cycles as f64);
                 }
                 Stage::Observe { .. } | Stage::Steady { .. } => {
                     self.unsampled_ipc = Some(delta.ipc());
@@ -592,6 +624,7 @@ impl Controller {
         if context.sharers_changed {
             self.deferred = None;
             self.abandon_attempt(out);
+            self.spending.new_mix();
             self.undo_for_sharers(&context.running_sharers, out);
             self.reverify_waits = false;
             self.reverify_due = matches!(self.stage, Stage::Steady { .. })
@@ -656,7 +689,7 @@ impl Controller {
     fn observe_window(&mut self, delta: &CounterDelta, turn: Turn, out: &mut Vec<Action>) {
         let cold = self.llc_misses_seen < self.llc_lines;
         let worth = self.worth_profiling(delta) && !cold;
-        let may_try = self.affords(0.0);
+        let may_try = self.affords_an_attempt(delta.cycles);
         let mut latest = self.unsampled_ipcs.iter().rev();
         let agrees = match (latest.next(), latest.next()) {
             (Some(now), Some(before)) => (now / before - 1.0).abs() <= self.knobs.phase_band,
@@ -758,6 +791,19 @@ impl Controller {
             return;
         }
         let too_costly = self.profiling_costs_too_much(windows);
+        // A retry after an attempt that found nothing ends at its minimum length once its
+        // next window would take what fruitless attempts cost past the share allowed now
+        // (bzip2's real trace on ppc970fx, in another layout than the one above: a retry
+        // that profiled 10 windows cost 0.55% of the run, 0.9896 of off; 0.9926 cut). Only
+        // a retry: a first look cut short ranks fewer pages (random-ppc970fx-446f285f at
+        // the window's costs, whose first profile a sharer's exit had abandoned: 1.160 ->
+        // 0.988 of off with every profile cut).
+        let over_share = windows >= min_windows
+            && !self.spending.retry_affords(
+                self.knobs.overhead_budget,
+                spent / f64::from(windows),
+                self.sharers_spending,
+            );
         // A profile that promises nothing ends at its minimum length: more samples of a
         // stream do not make it reused. But a loop over more than the cache holds misses
         // on every load, as a stream does, until the profile has seen it loaded again
@@ -789,13 +835,13 @@ impl Controller {
         if windows >= longest
             || too_costly
             || (windows >= min_windows && saturated && !may_find_a_loop)
-            || (nothing_yet && !may_find_a_loop)
+            || ((nothing_yet || over_share) && !may_find_a_loop)
         {
             // Ended on its cost while each window still found many new pages: a sweep it
             // has not seen whole. A search that cannot afford to look further may take the
             // profile up again later (see `Deferred`).
-            self.profile_cut =
-                (too_costly && !saturated && windows < max_windows).then(|| ProfileCut {
+            self.profile_cut = ((too_costly || over_share) && !saturated && windows < max_windows)
+                .then(|| ProfileCut {
                     windows,
                     window_cost: spent / f64::from(windows.max(1)),
                 });
@@ -892,13 +938,24 @@ impl Controller {
         if !self.worth_profiling(delta) {
             let reason = format!("{reason}; the new phase misses too little to profile");
             self.transition(Stage::observe(), reason, out);
-        } else if !self.affords(0.0) {
+        } else if !self.affords_an_attempt(delta.cycles) {
             // Observe profiles once the budget allows, if the phase still misses then.
             let (spent, share) = self.budget_shares();
+            let next = match self
+                .spending
+                .next_attempt_cost(self.cheapest_attempt(delta.cycles))
+            {
+                Some(cost) => format!(
+                    ", and after an attempt that found nothing the next would cost {:.2} M \
+                     cycles more",
+                    cost / 1e6
+                ),
+                None => String::new(),
+            };
             let reason = format!(
                 "{reason}; not profiled yet: fruitless attempts cost {:.2}% of the cycles \
-                 so far (this target's and those sharing its LLC), over the {:.2}% allowed \
-                 now (overhead_budget, halved for each fruitless attempt in a row)",
+                 so far (this target's and those sharing its LLC){next}, over the {:.2}% \
+                 allowed now (overhead_budget, halved for each fruitless attempt in a row)",
                 spent * 100.0,
                 share * 100.0
             );
@@ -1009,7 +1066,7 @@ impl Controller {
         match &mut self.stage {
             Stage::Profile { .. } => {
                 self.stop_sampling(out);
-                self.spending.end(false);
+                self.spending.abandon();
                 let reason = "a target sharing the LLC started or stopped during the profile: \
                               its samples are of another mix; observing afresh";
                 self.transition(Stage::observe(), reason.into(), out);

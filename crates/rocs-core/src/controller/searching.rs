@@ -1201,7 +1201,7 @@ impl Controller {
                 .map(|w| (w.ipc, w.mpki))
                 .collect();
             if let Some(reason) = run.abandoned {
-                self.spending.end(false);
+                self.spending.abandon();
                 self.transition(Stage::observe(), reason.into(), out);
                 return;
             }
