@@ -806,3 +806,30 @@ fn a_profile_cut_short_by_its_cost_goes_on_once_the_target_can_afford_the_rest()
         "the second stack holds more of the sweep: {stacks:?}"
     );
 }
+
+#[test]
+fn a_retry_after_an_attempt_that_found_nothing_searches_only_within_the_budgets_share() {
+    // Reused pages that miss promise 10% of the cycles, but no placement changes the IPC.
+    // The first attempt probes half the stack and stops on its promise. The retry, some
+    // 440 windows on, would be paid for by that promise over so long a run, and went on to
+    // probe the whole stack (bzip2's real trace on ppc970fx lost 1.3% to such a retry);
+    // held to the budget's share, it stops after its first probe.
+    let knobs = phased_knobs(0.01);
+    let (fake, events) = run_with(&[(1, Pattern::StreamAndReuse)], 600, knobs, phased_ipc);
+    let profiles = events[&1]
+        .iter()
+        .filter(|e| matches!(e, EventKind::Profiled { .. }))
+        .count();
+    assert_eq!(
+        profiles, 2,
+        "one retry: sampled in {:?}",
+        fake.sampled_in[&1]
+    );
+    let held = events[&1].iter().any(|e| {
+        matches!(e, EventKind::Transition { to: State::Steady, reason, .. }
+            if reason.contains("more than a retry after an attempt that found nothing may spend"))
+    });
+    assert!(held, "{:?}", events[&1]);
+    // Each attempt's one probe: 32 pages there and back.
+    assert_eq!(fake.moved[&1], 2 * 64, "pages moved");
+}

@@ -222,6 +222,11 @@ impl Spending {
         self.found_nothing.is_none() || all.fits(share(budget, &all), spent + next)
     }
 
+    /// What the attempt in progress has cost so far (nothing if none is).
+    pub fn attempt_cost(&self) -> f64 {
+        self.attempt.unwrap_or(0.0)
+    }
+
     /// Whether `cycles` more fit in `budget` itself, not halved for the fruitless attempts
     /// in a row: what all fruitless attempts cost stays within `budget` of the cycles run.
     pub fn affords_unhalved(&self, budget: f64, cycles: f64, sharers: SharedSpending) -> bool {
@@ -235,6 +240,11 @@ impl Spending {
     pub fn over_what_it_could_win(&self, gain: f64, next: f64) -> Option<f64> {
         let cost = self.attempt? + next;
         (cost > gain * self.cycles_seen as f64).then_some(cost)
+    }
+
+    /// `cycles` as a share of the cycles the target and its `sharers` ran.
+    pub fn share_of(&self, cycles: f64, sharers: SharedSpending) -> f64 {
+        cycles / (self.shared() + sharers).cycles_seen.max(1) as f64
     }
 
     /// What fruitless attempts of the target and its `sharers` have cost, as a share of

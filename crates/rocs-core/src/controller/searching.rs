@@ -82,6 +82,17 @@ struct OwnWindow {
     apki: f64,
 }
 
+/// Why a search that had found nothing was told to conclude: what it had cost and what
+/// its next probe's moves would have added, in cycles, and the bound that sum went over.
+#[derive(Clone, Copy, Debug)]
+struct Overspent {
+    cost: f64,
+    next_moves: f64,
+    /// Over the budget's share for a retry (see `Spending::retry_affords`), not over what
+    /// its promise could win back.
+    retry_share: bool,
+}
+
 /// What a search in progress needs besides the [`Search`] itself.
 #[derive(Clone, Debug, Default)]
 pub(super) struct SearchRun {
@@ -139,9 +150,8 @@ pub(super) struct SearchRun {
     /// tell any gain the profile promises: the smallest relative gain they could tell.
     too_noisy: Option<f64>,
     /// The search was told to conclude because it had cost, or with its next probe's
-    /// moves would have cost, more than its promise could win back: what it had cost and
-    /// what that probe's moves would have added, in cycles.
-    overspent: Option<(f64, f64)>,
+    /// moves would have cost, more than it may spend (see `Overspent`).
+    overspent: Option<Overspent>,
     /// The probe the cost rule refused had not been measured: the search had not looked
     /// there at all.
     refused_unmeasured: bool,
@@ -1080,8 +1090,10 @@ impl Controller {
     /// further costs more than it can repay, so the search concludes (at k = 0, unless the
     /// Confirm stage sees a gain after all). A probe whose placement is under way is
     /// finished: one stopped halfway through its batches would have cost them for nothing.
-    /// A search that has found a gain goes on: its moves so far are the price of a
-    /// placement it keeps.
+    /// A retry after an attempt that found nothing concludes as well once it, with what
+    /// fruitless attempts cost, would take more than the budget's share (see
+    /// `Spending::retry_affords`). A search that has found a gain goes on: its moves so
+    /// far are the price of a placement it keeps.
     fn affordable(&mut self, next: Next, first_probe: bool) -> Next {
         let Next::Measure(k) = next else {
             return next;
@@ -1110,15 +1122,33 @@ impl Controller {
         // The probe's own moves count before they are made: a probe of the whole stack
         // can cost more than everything before it.
         let moves = self.pages_to_move(k) as f64 * self.knobs.migration_cost_cycles as f64;
-        let Some(cost) = self.over_what_it_could_win(moves) else {
-            return next;
+        // A retry after an attempt that found nothing is also held to the budget's share,
+        // once it has probed: its promise, an overestimate on a short program, did not stop
+        // it (bzip2's real trace on ppc970fx, padded 4500 bytes: a retry searched 10 windows
+        // and moved 66 pages, 0.9874 of off). Its first probe is the least a retry is, and
+        // a search that moved its buffer's squatters out at k = 0 has not yet probed.
+        let probed = search.measurements().iter().any(|(k, _, _)| k > 0);
+        let retry_over_share = probed
+            && !self.spending.retry_affords(
+                self.knobs.overhead_budget,
+                moves,
+                self.sharers_spending,
+            );
+        let cost = match self.over_what_it_could_win(moves) {
+            Some(cost) => cost,
+            None if retry_over_share => self.spending.attempt_cost() + moves,
+            None => return next,
         };
         let measured = self
             .search
             .as_ref()
             .is_some_and(|s| s.measurements().count(k) > 0);
         let run = self.run_mut().expect("searching");
-        run.overspent = Some((cost - moves, moves));
+        run.overspent = Some(Overspent {
+            cost: cost - moves,
+            next_moves: moves,
+            retry_share: retry_over_share,
+        });
         run.refused_unmeasured = !measured;
         let search = self.search.as_mut().expect("searching");
         if search.conclude() {
@@ -1218,7 +1248,7 @@ impl Controller {
                     self.promised_ipc_gain(promise) * 100.0,
                     promise * 100.0
                 );
-            } else if let Some((cost, next_moves)) = run.overspent {
+            } else if let Some(over) = run.overspent {
                 // Told to conclude, the search still keeps a point its last measurements
                 // confirm beats k = 0.
                 let outcome = if k == 0 {
@@ -1226,33 +1256,54 @@ impl Controller {
                 } else {
                     "was cut short, and its confirmation kept the best point measured"
                 };
-                let next = if next_moves > 0.0 {
+                let next = if over.next_moves > 0.0 {
                     format!(
                         ", and its next probe's moves would have added {:.2} M: together",
-                        next_moves / 1e6
+                        over.next_moves / 1e6
                     )
                 } else {
                     String::new()
                 };
-                let promised = match self.own_promise() {
-                    Some(p) => format!(
-                        "the {:.1}% of its cycles the profile promises to save",
-                        self.cycles_share(p) * 100.0
-                    ),
-                    None => format!(
-                        "min_promise {:.1}% (the search was only for other targets' gain)",
-                        self.knobs.min_promise * 100.0
-                    ),
+                let bound = if over.retry_share {
+                    let (fruitless, allowed) = self.budget_shares();
+                    let this = self
+                        .spending
+                        .share_of(over.cost + over.next_moves, self.sharers_spending);
+                    format!(
+                        "more than a retry after an attempt that found nothing may spend: \
+                         with what fruitless attempts cost before it, {:.2}% of the cycles \
+                         so far (this target's and those sharing its LLC), over the {:.2}% \
+                         allowed now (overhead_budget, halved for each fruitless attempt in \
+                         a row)",
+                        (fruitless + this) * 100.0,
+                        allowed * 100.0
+                    )
+                } else {
+                    let promised = match self.own_promise() {
+                        Some(p) => format!(
+                            "the {:.1}% of its cycles the profile promises to save",
+                            self.cycles_share(p) * 100.0
+                        ),
+                        None => format!(
+                            "min_promise {:.1}% (the search was only for other targets' gain)",
+                            self.knobs.min_promise * 100.0
+                        ),
+                    };
+                    format!(
+                        "more than {promised} could win back over as many cycles again as \
+                         the target has run"
+                    )
                 };
                 reason += &format!(
                     "; the search {outcome}: it had cost {:.2} M cycles (its profile \
-                     included){next}, more than {promised} could win back over as many \
-                     cycles again as the target has run",
-                    cost / 1e6,
+                     included){next}, {bound}",
+                    over.cost / 1e6,
                 );
                 // Nothing found, and nothing looked at where the promise lies: the attempt
-                // waits for the target to have run long enough to pay for its next step.
+                // waits for the target to have run long enough to pay for its next step. Not
+                // a retry held to its share: running longer pays for it only by its promise.
                 let deferrable = k == 0
+                    && !over.retry_share
                     && self.knobs.search == SearchMode::Adaptive
                     && !run.judged_by_group
                     && self.own_promise().is_some()
@@ -1260,7 +1311,7 @@ impl Controller {
                 let mpki = crate::search::moments(&run.unmoved_mpki).0;
                 if let (true, Some(profile)) = (deferrable, self.profile_cut) {
                     self.deferred = Some(Deferred {
-                        moves: next_moves,
+                        moves: over.next_moves,
                         profile,
                         mpki,
                     });
