@@ -10,10 +10,10 @@
 //! (`overhead_budget`), a share that halves with each fruitless attempt in a row. So a
 //! target with nothing to gain pays for its first attempt and then for ever fewer, and
 //! its overhead tends to zero, however often its phases seem to change. After an attempt
-//! that found nothing, the next also waits until its own cost fits, and its profile ends
-//! at its minimum length rather than spend past the share: a program of short phases
-//! otherwise starts one as soon as the cost so far fits, and spends past the budget with
-//! it. Only a profile that goes on to find a loop (see
+//! that found nothing, the next also waits until its own cost fits, and neither its
+//! profile (past its minimum length) nor its search (past its first probe) spends beyond
+//! the share: a program of short phases otherwise starts one as soon as the cost so far
+//! fits, and spends past the budget with it. Only a profile that goes on to find a loop (see
 //! `Controller::profile_window`) may spend up to the budget itself: what fruitless
 //! attempts cost stays within it.
 //!
