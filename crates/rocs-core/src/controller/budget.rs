@@ -218,7 +218,7 @@ impl Spending {
     /// fit in the share [`Spending::affords`] allows. Any other attempt may.
     pub fn retry_affords(&self, budget: f64, next: f64, sharers: SharedSpending) -> bool {
         let all = self.shared() + sharers;
-        let spent = self.attempt.unwrap_or(0.0);
+        let spent = self.attempt_cost();
         self.found_nothing.is_none() || all.fits(share(budget, &all), spent + next)
     }
 
