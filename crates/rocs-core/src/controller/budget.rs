@@ -4,7 +4,8 @@
 //! the target from what it knows without a clock: each profile window at most the
 //! sampling budget it asked for (`sample_cpu_budget` of the window's cycles), each page
 //! moved `migration_cost_cycles`, and each probe window what it ran slower than the
-//! search's own k = 0 windows. An attempt that confines nothing is fruitless; what
+//! search's own k = 0 windows (a probe window the search forgets as another phase's is
+//! counted no faster than them). An attempt that confines nothing is fruitless; what
 //! fruitless attempts cost (their restores included) is kept, and no new attempt starts
 //! until the target has run long enough for that cost to be a small share of its cycles
 //! (`overhead_budget`), a share that halves with each fruitless attempt in a row. So a

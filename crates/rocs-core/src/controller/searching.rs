@@ -140,6 +140,9 @@ pub(super) struct SearchRun {
     unmoved_mpki: Vec<f64>,
     /// Each measured window of the target's own.
     own_windows: Vec<OwnWindow>,
+    /// Each probe window's cost against k = 0 as counted in the attempt's spending (see
+    /// `Spending::spent`), by window number.
+    probe_costs: Vec<(u64, f64)>,
     /// The LLC references per kilo-instruction the profile's samples were taken at (see
     /// `ProfileMix`).
     profile_apki: Option<f64>,
@@ -929,6 +932,19 @@ impl Controller {
             let since = run.own_windows[from].at;
             run.own_windows.truncate(from);
             run.mix_changed = Some((apki[0], apki[apki.len() - 1]));
+            // A probe window in the other phase measured the phase, not its placement: a
+            // gain it seemed to show is not banked against what the attempt spent (bzip2's
+            // real trace on ppc970fx, padded 2000 bytes: three probes read faster as the
+            // program left its sort, and the attempt's 55 page moves and profile counted
+            // as nothing, so a third attempt started).
+            let gains_forgotten: f64 = run
+                .probe_costs
+                .iter()
+                .filter(|(at, _)| *at >= since)
+                .map(|(_, cost)| cost.min(0.0))
+                .sum();
+            run.probe_costs.retain(|(at, _)| *at < since);
+            self.spending.spent(-gains_forgotten);
             let search = self.search.as_mut().expect("searching");
             search.forget_from(since);
             let k = match search.measurements().best() {
@@ -945,15 +961,17 @@ impl Controller {
                 run.baseline_quiet += 1;
             }
         }
-        if let Some(s) = self.search.as_mut() {
-            // A probe window slower than the search's own k = 0 cost the target the
-            // difference (the k = 0 windows are the reference, and cost nothing).
-            if let (true, Some(base)) = (k > 0, s.measurements().mean(0)) {
-                if base > 0.0 {
-                    self.spending
-                        .spent(measured.cycles as f64 * (1.0 - value / base));
-                }
+        // A probe window slower than the search's own k = 0 cost the target the difference
+        // (the k = 0 windows are the reference, and cost nothing).
+        let base = self.search.as_ref().and_then(|s| s.measurements().mean(0));
+        if let (true, Some(base)) = (k > 0, base.filter(|&b| b > 0.0)) {
+            let cost = measured.cycles as f64 * (1.0 - value / base);
+            self.spending.spent(cost);
+            if let Some(run) = self.run_mut() {
+                run.probe_costs.push((now, cost));
             }
+        }
+        if let Some(s) = self.search.as_mut() {
             s.record_at_with_mpki(self.stats.windows, k, value, mpki);
             // A placement that slowed the searcher itself past its own floor is refused,
             // and a larger one confines more of its pages and slows it further: the search
