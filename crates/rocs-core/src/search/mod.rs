@@ -1151,6 +1151,22 @@ mod tests {
     }
 
     #[test]
+    fn a_recalled_k_concluded_before_k0_was_measured_measures_k0() {
+        // A phase's search began at the placement an earlier phase kept, and was told to
+        // conclude (by the cost rule, or a placement past its target's floor) after that
+        // one window: it has nothing to judge the placement against but k = 0.
+        let knobs = Knobs::default();
+        let mut s = Search::new(&knobs, 477, vec![]);
+        s.recall(357, 1.3);
+        assert_eq!(s.next_step(), Next::Measure(357));
+        s.record_at(84, 357, 0.9);
+        assert!(s.conclude());
+        assert_eq!(s.next_step(), Next::Measure(0));
+        s.record_at(86, 0, 1.0);
+        assert_eq!(s.next_step(), Next::Done(0));
+    }
+
+    #[test]
     fn the_coarse_pass_stops_when_ipc_is_below_k0_and_falling() {
         // A gentle decline, each step within the noise floor: no probe is significantly
         // worse than k = 0, but two in a row below it and falling end the coarse pass
