@@ -266,8 +266,100 @@ fn a_search_whose_baseline_no_longer_misses_ends_at_k0_without_a_probe() {
     assert!(reason.contains("missed too little"), "{reason}");
 }
 
+/// How a search starts, as the controller starts one (`Controller::start_search`,
+/// `Controller::reverify`).
+#[derive(Clone, Copy, Debug)]
+enum Start {
+    Plain,
+    Recall(usize),
+    ProbeFirst(usize),
+    LoopFitFirst(usize),
+    StreamingTop(usize),
+    FitPoint(usize),
+    OnlyTop(usize),
+    Reverify(usize),
+}
+
+fn start() -> impl Strategy<Value = Start> {
+    prop_oneof![
+        Just(Start::Plain),
+        (1usize..=400).prop_map(Start::Recall),
+        (1usize..=400).prop_map(Start::ProbeFirst),
+        (1usize..=400).prop_map(Start::LoopFitFirst),
+        (1usize..=400).prop_map(Start::StreamingTop),
+        (1usize..=400).prop_map(Start::FitPoint),
+        (1usize..=400).prop_map(Start::OnlyTop),
+        (1usize..=400).prop_map(Start::Reverify),
+    ]
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// Whatever the start, the IPCs measured, and when the controller tells the search to
+    /// conclude (its cost rule, a placement past its target's floor) or forgets windows of
+    /// another phase and ends it: the search asks only for placements of its stack and
+    /// ends, never panics (a search started at a recalled placement and concluded before
+    /// k = 0 was measured once did).
+    #[test]
+    fn a_search_ends_with_a_placement_of_its_stack_whatever_it_is_told(
+        how in start(),
+        n in 1usize..=400,
+        group in any::<bool>(),
+        ipcs in prop::collection::vec(0.01f64..2.0, 64),
+        conclude_at in prop::option::of(0usize..64),
+        forget_at in prop::option::of(0usize..64),
+    ) {
+        let knobs = Knobs::default();
+        let boundaries: Vec<usize> = [n / 4, n / 2, 3 * n / 4]
+            .into_iter()
+            .filter(|&b| b > 0 && b < n)
+            .collect();
+        let mut s = rocs_core::Search::new(&knobs, n, boundaries);
+        match how {
+            Start::Plain => {}
+            Start::Recall(k) => s.recall(k.min(n), 1.0),
+            Start::ProbeFirst(k) => s.probe_first(k.min(n)),
+            Start::LoopFitFirst(k) => s.probe_loop_fit_first(k.min(n)),
+            Start::StreamingTop(k) => s.probe_streaming_top(k.min(n)),
+            Start::FitPoint(k) => s.probe_fit_point(k.min(n)),
+            Start::OnlyTop(k) => s.only_top(k.min(n)),
+            Start::Reverify(k) => {
+                s.reverify(k.min(n));
+            }
+        }
+        if group {
+            s.judged_by_group();
+        }
+        let mut done = None;
+        for step in 0..2000usize {
+            if Some(step) == conclude_at {
+                s.conclude();
+            }
+            if Some(step) == forget_at && step > 0 {
+                // The program changed phase: the controller forgets the windows since and
+                // ends the search with the best point before, if it has a gain there.
+                s.forget_from(step as u64 / 2);
+                done = Some(match s.measurements().best() {
+                    Some((best, _)) if s.has_gain() => best,
+                    _ => 0,
+                });
+                break;
+            }
+            match s.next_step() {
+                rocs_core::Next::Measure(k) => {
+                    prop_assert!(k <= n, "asked for k = {} of {}", k, n);
+                    s.record_at(step as u64, k, ipcs[step % ipcs.len()]);
+                }
+                rocs_core::Next::Done(k) => {
+                    done = Some(k);
+                    break;
+                }
+            }
+        }
+        let k = done.expect("the search ends");
+        prop_assert!(k <= n, "chose k = {} of {}", k, n);
+    }
 
     /// Whatever the curve, noise and budget: no window moves more than the budget, the
     /// search ends, and the confined set is the top k of the stack.

@@ -623,16 +623,17 @@ impl AdaptiveSearch {
     /// The search's last word on its own measurements: the best point goes on to be
     /// verified if it beats k = 0 beyond noise, else k = 0.
     fn confirm(&self, m: &Measurements) -> Flow {
-        let (best, best_ipc) = m.best().expect("k = 0 was measured");
-        if best == 0 {
-            return Flow::Ask(Next::Done(0));
-        }
-        // A search that began at a placement already made (a recalled k) and was told to
-        // conclude after measuring only that has nothing else to judge it against (random.md's
-        // run 107 at run-seed offset 2 panicked here, with a scratch rule for probes).
+        // A search told to conclude before it measured k = 0 (one that began at a placement
+        // already made, a recalled k, and concluded after that window or before it) has
+        // nothing to judge against: random.md's run 107 at run-seed offset 2 panicked here,
+        // with a scratch rule for probes.
         let Some(base) = m.mean(0) else {
             return Flow::Ask(Next::Measure(0));
         };
+        let (best, best_ipc) = m.best().expect("k = 0 is measured");
+        if best == 0 {
+            return Flow::Ask(Next::Done(0));
+        }
         let margin = self.margin(m, best, 0);
         // A gain the trend before the search could explain is verified in balanced blocks
         // whatever the drift within the profile's windows.
