@@ -16,7 +16,7 @@ pub const PID: u32 = 42;
 pub const SHIFT: u32 = 12;
 
 /// splitmix64: a small deterministic generator for tests.
-pub struct Rng(u64);
+pub struct Rng(pub u64);
 impl Rng {
     pub fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
