@@ -10,12 +10,12 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::convert::Infallible;
 
-use common::Rng;
+use common::{load, Rng};
 use proptest::prelude::*;
 use rocs_core::{
-    CacheGeometry, Colour, Controller, CounterDelta, Counters, DataSource, Driver, Engine, Errno,
-    EventKind, Knobs, MemSample, Outcome, PageResult, Pid, Placement, PolluteColours, Remapper,
-    SampleLoss, Sampler, SamplingPlan, State, VirtPage,
+    CacheGeometry, Colour, Controller, CounterDelta, Counters, Driver, Engine, Errno, EventKind,
+    Knobs, MemSample, Outcome, PageResult, Pid, Placement, PolluteColours, Remapper, SampleLoss,
+    Sampler, SamplingPlan, State, VirtPage,
 };
 
 const SHIFT: u32 = 12;
@@ -78,19 +78,8 @@ impl Sampler for Chaos {
         for i in 0..n {
             let page = self.rng.next() % pages;
             let miss = page < streaming || self.rng.unit() < 0.2;
-            out.push(MemSample {
-                pid,
-                tid: pid,
-                vaddr: ((first + page) << SHIFT) + (self.rng.next() % 4096),
-                paddr: None,
-                source: if miss {
-                    DataSource::LlcMiss
-                } else {
-                    DataSource::LlcHit
-                },
-                weight: 0,
-                time: i,
-            });
+            let vaddr = ((first + page) << SHIFT) + (self.rng.next() % 4096);
+            out.push(load(pid, vaddr, miss, i));
         }
         Ok(SampleLoss {
             cpu_ns: self.rng.next() % 20_000,

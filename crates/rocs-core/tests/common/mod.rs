@@ -34,6 +34,23 @@ impl Rng {
     }
 }
 
+/// A sampled load of `pid` at `vaddr`, an LLC miss or a hit.
+pub fn load(pid: u32, vaddr: u64, miss: bool, time: u64) -> MemSample {
+    MemSample {
+        pid,
+        tid: pid,
+        vaddr,
+        paddr: None,
+        source: if miss {
+            DataSource::LlcMiss
+        } else {
+            DataSource::LlcHit
+        },
+        weight: 0,
+        time,
+    }
+}
+
 /// A region of the synthetic target: pages, true miss rate, share of LLC accesses, and the
 /// IPC gain (fraction of base IPC) when all of it is confined (negative: a loss).
 #[derive(Clone, Copy, Debug)]
@@ -110,20 +127,9 @@ impl World {
                     })
                     .unwrap_or(self.classes.last().unwrap());
                 let page = c.first + self.rng.next() % c.pages;
-                let source = if self.rng.unit() < c.miss_rate {
-                    DataSource::LlcMiss
-                } else {
-                    DataSource::LlcHit
-                };
-                MemSample {
-                    pid: PID,
-                    tid: PID,
-                    vaddr: (page << SHIFT) + (self.rng.next() % 4096),
-                    paddr: None,
-                    source,
-                    weight: 0,
-                    time: i as u64,
-                }
+                let miss = self.rng.unit() < c.miss_rate;
+                let vaddr = (page << SHIFT) + (self.rng.next() % 4096);
+                load(PID, vaddr, miss, i as u64)
             })
             .collect()
     }
