@@ -2,13 +2,17 @@
 //! the targets that share its LLC, and a target whose attempts find nothing tries again
 //! only as its budget allows.
 
+mod common;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::convert::Infallible;
 
+use common::load;
+
 use rocs_core::{
-    CacheGeometry, Colour, Controller, CounterDelta, Counters, DataSource, Driver, Engine,
-    EventKind, Knobs, MemSample, Outcome, PageResult, Pid, Placement, Remapper, SampleLoss,
-    Sampler, SamplingPlan, State, VirtPage,
+    CacheGeometry, Colour, Controller, CounterDelta, Counters, Driver, Engine, EventKind, Knobs,
+    MemSample, Outcome, PageResult, Pid, Placement, Remapper, SampleLoss, Sampler, SamplingPlan,
+    State, VirtPage,
 };
 
 const SHIFT: u32 = 12;
@@ -154,19 +158,7 @@ impl Sampler for Fake {
                     i % 3 != 0,
                 ),
             };
-            MemSample {
-                pid,
-                tid: pid,
-                vaddr: (first + page) << SHIFT,
-                paddr: None,
-                source: if miss {
-                    DataSource::LlcMiss
-                } else {
-                    DataSource::LlcHit
-                },
-                weight: 0,
-                time: i,
-            }
+            load(pid, (first + page) << SHIFT, miss, i)
         }));
         Ok(SampleLoss::default())
     }
