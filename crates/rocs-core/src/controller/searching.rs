@@ -943,7 +943,6 @@ impl Controller {
                 .filter(|(at, _)| *at >= since)
                 .map(|(_, cost)| cost.min(0.0))
                 .sum();
-            run.probe_costs.retain(|(at, _)| *at < since);
             self.spending.spent(-gains_forgotten);
             let search = self.search.as_mut().expect("searching");
             search.forget_from(since);
