@@ -100,7 +100,7 @@ pub fn describe(kind: &EventKind, shown: &dyn Fn(Pid) -> Pid) -> (&'static str, 
                 count(*failed, "page", "pages"),
                 match to {
                     Placement::Pollute => "the pollute buffer",
-                    Placement::Restore => "the ordinary colours",
+                    Placement::Restore | Placement::Ordinary(_) => "the ordinary colours",
                 },
                 migration_error(*errno)
             ),

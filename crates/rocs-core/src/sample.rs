@@ -29,12 +29,18 @@ pub struct Colour(pub u32);
 
 /// Where a page should live: in the pollute buffer, or back among the ordinary colours
 /// (on the colour it had before it was confined, where the platform can: the shim and the
-/// simulator do, so that a search that confines nothing leaves the layout as it was).
+/// simulator do, so that a search that confines nothing leaves the layout as it was), or on
+/// one ordinary colour the caller chose.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Placement {
     Pollute,
     Restore,
+    /// Out of the pollute buffer onto this ordinary colour, or onto any ordinary colour
+    /// when it has no free frame (the page's new colour says which). A page the allocator
+    /// put in the buffer has no colour to go back to: the controller sends it where its
+    /// program has room, not at random onto a colour its reused pages already fill.
+    Ordinary(Colour),
 }
 
 /// A per-page error number, as move_pages(2) reports it (positive errno value).

@@ -116,7 +116,7 @@ impl Remapper for FakeMachine {
         for p in pages {
             match to {
                 Placement::Pollute => confined.insert(*p),
-                Placement::Restore => confined.remove(p),
+                Placement::Restore | Placement::Ordinary(_) => confined.remove(p),
             };
         }
         let colour = if to == Placement::Pollute { 0 } else { 1 };

@@ -133,6 +133,7 @@ impl Remapper for Chaos {
             let colour = match to {
                 Placement::Pollute => 0,
                 Placement::Restore => 1 + (self.rng.next() % u64::from(COLOURS - 1)) as u32,
+                Placement::Ordinary(Colour(c)) => c,
             };
             let t = self.targets.get_mut(&pid).expect("known");
             results.push(if roll < 0.03 {

@@ -428,6 +428,8 @@ impl ShimClient {
                 placement: match placement {
                     Some(Placement::Pollute) => abi::POLLUTE,
                     Some(Placement::Restore) => abi::RESTORE,
+                    // ABI 1 cannot name a colour (returned before asking, below).
+                    Some(Placement::Ordinary(_)) => abi::RESTORE,
                     None => 0,
                 },
                 count: addr_chunk.len() as u64,
@@ -477,6 +479,10 @@ impl Remapper for ShimClient {
     ) -> Result<Vec<PageResult>, ShimError> {
         if pages.is_empty() {
             return Ok(Vec::new());
+        }
+        if let Placement::Ordinary(_) = to {
+            // The shim's ABI 1 cannot put a page on a chosen colour: the pages stay.
+            return Ok(vec![Err(Errno::EINVAL); pages.len()]);
         }
         self.pages(pid, pages, Some(to))
     }

@@ -99,6 +99,40 @@ fn migrate_to_pollute_and_back_changes_colour_and_charges_cost() {
 }
 
 #[test]
+fn a_page_moved_out_onto_a_chosen_colour_lands_there() {
+    let mut m = machine(1);
+    let pid = m.pids()[0];
+    let pages = m.region_pages(pid, "stream").unwrap();
+    let before = m.query(pid, &pages).unwrap();
+    // Pages the allocator put in the pollute colour (15) go where they are sent; pages on
+    // ordinary colours stay where they are.
+    let squatters: Vec<VirtPage> = pages
+        .iter()
+        .zip(&before)
+        .filter(|(_, c)| **c == Ok(Colour(15)))
+        .map(|(p, _)| *p)
+        .collect();
+    assert!(squatters.len() >= 4, "{}", squatters.len());
+    let ordinary = pages[before.iter().position(|c| *c == Ok(Colour(3))).unwrap()];
+    let moved = m
+        .migrate(
+            pid,
+            &[squatters[0], squatters[1], ordinary],
+            Placement::Ordinary(Colour(7)),
+        )
+        .unwrap();
+    assert_eq!(moved, vec![Ok(Colour(7)), Ok(Colour(7)), Ok(Colour(3))]);
+    assert_eq!(m.totals().processes[0].pages_migrated, 2);
+    // A pollute colour, or one the LLC does not have, is no ordinary colour.
+    for bad in [Colour(15), Colour(16)] {
+        let res = m
+            .migrate(pid, &squatters[2..4], Placement::Ordinary(bad))
+            .unwrap();
+        assert_eq!(res, vec![Err(Errno::EINVAL); 2], "{bad:?}");
+    }
+}
+
+#[test]
 fn sampler_reports_llc_hits_and_misses_and_counters_give_deltas() {
     let mut m = machine(3);
     let pid = m.pids()[0];

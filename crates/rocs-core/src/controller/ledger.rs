@@ -320,7 +320,7 @@ impl PageLedger {
                     }
                     moved += 1;
                 }
-                (Placement::Restore, Ok(_)) => {
+                (Placement::Restore | Placement::Ordinary(_), Ok(_)) => {
                     self.confined.remove(&page);
                     self.explicit.remove(&page);
                     self.adopted.remove(&page);
@@ -334,7 +334,7 @@ impl PageLedger {
                     f.count += 1;
                     self.failed.insert(page);
                     // A page that no longer exists is in no buffer.
-                    if to == Placement::Restore && matches!(errno, Errno::ENOENT | Errno::EFAULT) {
+                    if to != Placement::Pollute && matches!(errno, Errno::ENOENT | Errno::EFAULT) {
                         self.confined.remove(&page);
                         self.explicit.remove(&page);
                         self.squatters.remove(&page);

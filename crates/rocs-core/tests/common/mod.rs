@@ -205,7 +205,9 @@ impl Harness {
                             }
                             match to {
                                 Placement::Pollute => self.world.confined.insert(p.0),
-                                Placement::Restore => self.world.confined.remove(&p.0),
+                                Placement::Restore | Placement::Ordinary(_) => {
+                                    self.world.confined.remove(&p.0)
+                                }
                             };
                             Ok(Colour(0))
                         })

@@ -530,10 +530,15 @@ impl Machine {
         let colours = self.is_pollute.len() as u32;
         let old = *Self::frame_slot(&mut self.procs[idx], page, page_shift)?;
         let in_pollute = self.is_pollute[(old % colours) as usize];
-        let new = match (to, in_pollute) {
-            (Placement::Pollute, true) | (Placement::Restore, false) => {
-                return Ok(Colour(old % colours))
+        if let Placement::Ordinary(Colour(c)) = to {
+            if self.is_pollute.get(c as usize) != Some(&false) {
+                return Err(Errno::EINVAL);
             }
+        }
+        let new = match (to, in_pollute) {
+            (Placement::Pollute, true)
+            | (Placement::Restore, false)
+            | (Placement::Ordinary(_), false) => return Ok(Colour(old % colours)),
             (Placement::Pollute, false) => self.frames.alloc_in(&self.pollute),
             (Placement::Restore, true) => {
                 // Home if the page has one and a frame of that colour is free; else any
@@ -543,6 +548,17 @@ impl Machine {
                     .remove(&old)
                     .filter(|&c| !self.is_pollute[c as usize]);
                 home.and_then(|c| self.frames.alloc_in(&[c])).or_else(|| {
+                    let others: Vec<u32> = (0..colours)
+                        .filter(|&c| !self.is_pollute[c as usize])
+                        .collect();
+                    self.frames.alloc_random_in(&others, &mut self.rng)
+                })
+            }
+            (Placement::Ordinary(Colour(c)), true) => {
+                // The chosen colour if a frame of it is free; else any ordinary colour, as
+                // the shim does. The frame left is no page's home any more.
+                self.homes.remove(&old);
+                self.frames.alloc_in(&[c]).or_else(|| {
                     let others: Vec<u32> = (0..colours)
                         .filter(|&c| !self.is_pollute[c as usize])
                         .collect();
