@@ -13,9 +13,9 @@
  * Frames of one NUMA node sorted by colour (one pool per node, so that a page changes
  * colour without changing node). The stash keeps at most per_colour_limit frames of each colour
  * so that a request for a colour is usually served without touching the page allocator;
- * the frames that do not fit are given back at once. Only the frames a Restore frees and
- * takes back (rocs_pool_reclaim) may go over their colour's limit, never over @limit in
- * total. All fields are protected by the module's mutex.
+ * the frames that do not fit are given back at once. Only the frames a Restore (or an
+ * ORDINARY migration) frees and takes back (rocs_pool_reclaim) may go over their colour's
+ * limit, never over @limit in total. All fields are protected by the module's mutex.
  */
 struct rocs_pool {
 	int nid;			/* the node all frames come from */

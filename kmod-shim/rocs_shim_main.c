@@ -62,10 +62,11 @@ static DECLARE_BITMAP(rocs_ordinary, ROCS_SHIM_MAX_COLOURS);
  * target's layout as it was. Changed only under rocs_mutex; the xarray's own spinlock is
  * taken inside xa_store and xa_erase, never around anything of ours.
  *
- * An entry outlives its page when the page leaves the frame without a Restore: its
- * process frees it while confined (munmap, exit), or the kernel moves it (compaction, NUMA
- * balancing). The frame goes back to the kernel and its entry stays until the shim
- * confines a page onto that pfn again (xa_store overwrites it), a Restore moves a page off
+ * An entry outlives its page when the page leaves the frame without a Restore (or an
+ * ORDINARY migration, which forgets the home like a Restore): its process frees it while
+ * confined (munmap, exit), or the kernel moves it (compaction, NUMA balancing). The frame
+ * goes back to the kernel and its entry stays until the shim confines a page onto that
+ * pfn again (xa_store overwrites it), a Restore or an ORDINARY migration moves a page off
  * it, or CONFIGURE changes the colour count (then all are forgotten). A Restore of a page
  * that landed on such a frame by chance goes to that stale home, which is harmless: a
  * home is always a colour that was ordinary when it was written (Pollute moves only pages
@@ -257,13 +258,20 @@ struct rocs_call {
 	struct mm_struct *mm;
 	bool migrate;
 	const unsigned long *wanted;	/* colours a page may end on */
+	/* Pollute, else off the pollute colours (Restore or ORDINARY: alike but for the frame). */
 	bool to_pollute;
+	u32 placement;
+	/* ORDINARY: the one colour asked for, tried before any other ordinary colour. */
+	DECLARE_BITMAP(chosen, ROCS_SHIM_MAX_COLOURS);
 	unsigned int cursor;
 	u64 moved;
 	/* Restore: pages put on any ordinary colour, with no home remembered or no frame of it. */
 	u64 homeless;
 	u64 home_full;
-	/* Restore: the node of each page that left a pollute frame in this run, else -1. */
+	/* ORDINARY: pages put on another ordinary colour, no frame of the chosen one found. */
+	u64 chosen_full;
+	/* Off the pollute colours: the node of each page that left a pollute frame in this
+	 * run, else -1. */
 	int freed_nid[ROCS_BATCH];
 	/* Whether each page moved in this run, and if so its old frame and its new one. */
 	bool page_moved[ROCS_BATCH];
@@ -275,8 +283,8 @@ struct rocs_call {
 };
 
 /*
- * After a Restore run: take the pollute frames it freed back into their node's stash
- * (rocs_pool_reclaim says how and why), node by node.
+ * After a run off the pollute colours (Restore or ORDINARY): take the pollute frames it
+ * freed back into their node's stash (rocs_pool_reclaim says how and why), node by node.
  */
 static void rocs_reclaim_run(struct rocs_call *call, unsigned int npages)
 {
@@ -295,8 +303,8 @@ static void rocs_reclaim_run(struct rocs_call *call, unsigned int npages)
 			}
 		}
 		kept = rocs_pool_reclaim(&rocs_pools[nid], rocs_pollute, freed);
-		/* STATS has no field for it (ABI version 1); dynamic debug shows it. */
-		pr_debug("rocs_shim: node %d: a Restore freed %lu pollute frames, %lu taken back\n",
+		/* STATS has no field for it (its layout is kept); dynamic debug shows it. */
+		pr_debug("rocs_shim: node %d: a migration off the pollute colours freed %lu pollute frames, %lu taken back\n",
 			 nid, freed, kept);
 	}
 }
@@ -333,11 +341,26 @@ static struct page *rocs_take_home(struct rocs_call *call, struct rocs_pool *poo
 }
 
 /*
+ * ORDINARY: a frame of the colour the caller chose, from @pool; NULL when the pool found
+ * none within its bounded tries (the page then goes to any ordinary colour, as a Restore
+ * does when its home has no frame).
+ */
+static struct page *rocs_take_chosen(struct rocs_call *call, struct rocs_pool *pool)
+{
+	unsigned int cursor = 0;
+	struct page *frame = rocs_pool_take(pool, call->chosen, &cursor);
+
+	if (!frame)
+		call->chosen_full++;
+	return frame;
+}
+
+/*
  * After a run: remember the home colour of each page Pollute moved, forget the home of
- * each page Restore moved. After migrate_vma_finalize, so that xa_store may allocate (and
- * sleep) with no page of the run locked. A page may already have left its new frame again
- * (its process freed it): its entry is then stale from the start, which is harmless (see
- * rocs_homes).
+ * each page Restore or ORDINARY moved (its old frame is no page's home any more). After
+ * migrate_vma_finalize, so that xa_store may allocate (and sleep) with no page of the run
+ * locked. A page may already have left its new frame again (its process freed it): its
+ * entry is then stale from the start, which is harmless (see rocs_homes).
  */
 static void rocs_note_homes(struct rocs_call *call, unsigned int npages)
 {
@@ -411,9 +434,14 @@ static void rocs_migrate_run(struct rocs_call *call, struct vm_area_struct *vma,
 			continue;
 		}
 		/* A frame on the page's own node: the colour changes, the NUMA placement not.
-		 * A Restore goes home if it can, else to any ordinary colour. */
+		 * A Restore goes home if it can, an ORDINARY migration to the chosen colour;
+		 * else (and Pollute always) to any wanted colour. */
 		pool = &rocs_pools[page_to_nid(page)];
-		frame = call->to_pollute ? NULL : rocs_take_home(call, pool, page);
+		frame = NULL;
+		if (call->placement == ROCS_SHIM_RESTORE)
+			frame = rocs_take_home(call, pool, page);
+		else if (call->placement == ROCS_SHIM_ORDINARY)
+			frame = rocs_take_chosen(call, pool);
 		if (!frame)
 			frame = rocs_pool_take(pool, call->wanted, &call->cursor);
 		if (!frame) {
@@ -446,6 +474,7 @@ static void rocs_migrate_run(struct rocs_call *call, struct vm_area_struct *vma,
 			if (call->to_pollute) {
 				rocs_stats.migrated_pollute++;
 			} else {
+				/* Restore or ORDINARY: off the pollute colours either way. */
 				rocs_stats.migrated_restore++;
 				/* Its old frame, of a pollute colour, is freed by finalize. */
 				call->freed_nid[k] = page_to_nid(migrate_pfn_to_page(call->src[k]));
@@ -580,8 +609,14 @@ static long rocs_ioctl_pages(void __user *argp, bool migrate)
 		return -EFAULT;
 	if (req.flags || req.count == 0 || req.count > ROCS_SHIM_MAX_PAGES)
 		return -EINVAL;
-	if (migrate ? (req.placement != ROCS_SHIM_POLLUTE &&
-		       req.placement != ROCS_SHIM_RESTORE) : req.placement != 0)
+	if (migrate ? (req.placement != ROCS_SHIM_POLLUTE && req.placement != ROCS_SHIM_RESTORE &&
+		       req.placement != ROCS_SHIM_ORDINARY) : req.placement != 0)
+		return -EINVAL;
+	/* A colour only with ORDINARY, and then one of the ordinary colours in use (under
+	 * rocs_mutex: no CONFIGURE changes them during the call). */
+	if (req.placement == ROCS_SHIM_ORDINARY ?
+		    req.colour >= rocs_ncolours || !test_bit(req.colour, rocs_ordinary) :
+		    req.colour != 0)
 		return -EINVAL;
 	uaddrs = u64_to_user_ptr(req.addrs);
 	ustatus = u64_to_user_ptr(req.status);
@@ -615,17 +650,23 @@ static long rocs_ioctl_pages(void __user *argp, bool migrate)
 		goto out;
 	}
 	call->migrate = migrate;
+	call->placement = req.placement;
 	call->to_pollute = req.placement == ROCS_SHIM_POLLUTE;
 	call->wanted = call->to_pollute ? rocs_pollute : rocs_ordinary;
+	if (req.placement == ROCS_SHIM_ORDINARY)
+		__set_bit(req.colour, call->chosen);	/* call is zeroed */
 
 	sort(entries, req.count, sizeof(*entries), rocs_entry_cmp, NULL);
 
 	err = rocs_walk(call, entries, req.count, status);
 	mmput(call->mm);
-	/* STATS has no field for it (ABI version 1); dynamic debug shows it. */
+	/* STATS has no fields for these (its layout is kept); dynamic debug shows them. */
 	if (call->homeless || call->home_full)
 		pr_debug("rocs_shim: Restore: %llu pages with no ordinary home remembered, %llu with no frame of their home colour; put on other ordinary colours\n",
 			 call->homeless, call->home_full);
+	if (call->chosen_full)
+		pr_debug("rocs_shim: ORDINARY: %llu pages with no frame of colour %u; put on other ordinary colours\n",
+			 call->chosen_full, req.colour);
 	if (migrate && call->to_pollute && rocs_keep_filled)
 		queue_work(system_unbound_wq, &rocs_refill_work);
 	if (err)
@@ -828,4 +869,4 @@ module_exit(rocs_exit);
 MODULE_LICENSE("GPL");
 MODULE_AUTHOR("rocs");
 MODULE_DESCRIPTION("rocs: colour-aware page migration for the pollute buffer");
-MODULE_VERSION("1");
+MODULE_VERSION("2");

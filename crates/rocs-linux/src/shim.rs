@@ -21,12 +21,12 @@ pub const DEVICE: &str = "/dev/rocs_shim";
 /// How to get the module, said wherever it is missing.
 const HOW_TO_LOAD: &str = "load it with `modprobe rocs_shim` (build and install it from \
      kmod-shim/ with `make && sudo make install`, or `dkms add ./kmod-shim && dkms install \
-     rocs-shim/1`)";
+     rocs-shim/2`)";
 
 /// The ABI of `kmod-shim/include/uapi/rocs_shim.h`, field for field.
 pub mod abi {
     /// `ROCS_SHIM_ABI_VERSION`: the ABI this client speaks.
-    pub const ABI_VERSION: u32 = 1;
+    pub const ABI_VERSION: u32 = 2;
     pub const MAX_COLOURS: usize = 1024;
     pub const MASK_WORDS: usize = MAX_COLOURS / 64;
     pub const MAX_PAGES: u64 = 1 << 16;
@@ -34,6 +34,8 @@ pub mod abi {
 
     pub const POLLUTE: u32 = 1;
     pub const RESTORE: u32 = 2;
+    /// Onto the ordinary colour `Pages::colour`, else any other ordinary colour.
+    pub const ORDINARY: u32 = 3;
 
     pub const CONFIG_PREFILL: u32 = 1;
 
@@ -91,7 +93,9 @@ pub mod abi {
         pub count: u64,
         pub addrs: u64,
         pub status: u64,
-        pub flags: u64,
+        /// MIGRATE to [`ORDINARY`]: the colour; else 0.
+        pub colour: u32,
+        pub flags: u32,
         pub moved: u64,
     }
 
@@ -406,6 +410,9 @@ impl ShimClient {
 
     /// MIGRATE (Some placement) or QUERY (None) for `pages`, in calls of at most
     /// `max_pages`. Pages whose address does not fit in 64 bits get EFAULT without asking.
+    /// The module refuses a whole MIGRATE to [`Placement::Ordinary`] with EINVAL when the
+    /// colour is not an ordinary colour in use: its pages get EINVAL each, as the
+    /// simulator answers, and stay where they are.
     fn pages(
         &self,
         pid: Pid,
@@ -423,18 +430,19 @@ impl ShimClient {
             .chunks(self.max_pages as usize)
             .zip(status.chunks_mut(self.max_pages as usize))
         {
+            let (placement_word, colour) = match placement {
+                Some(Placement::Pollute) => (abi::POLLUTE, 0),
+                Some(Placement::Restore) => (abi::RESTORE, 0),
+                Some(Placement::Ordinary(Colour(c))) => (abi::ORDINARY, c),
+                None => (0, 0),
+            };
             let mut req = abi::Pages {
                 pid,
-                placement: match placement {
-                    Some(Placement::Pollute) => abi::POLLUTE,
-                    Some(Placement::Restore) => abi::RESTORE,
-                    // ABI 1 cannot name a colour (returned before asking, below).
-                    Some(Placement::Ordinary(_)) => abi::RESTORE,
-                    None => 0,
-                },
+                placement: placement_word,
                 count: addr_chunk.len() as u64,
                 addrs: addr_chunk.as_ptr() as u64,
                 status: status_chunk.as_mut_ptr() as u64,
+                colour,
                 flags: 0,
                 moved: 0,
             };
@@ -448,6 +456,11 @@ impl ShimClient {
                     None => abi::query(fd, &mut req),
                 }
             };
+            if let (Err(NixErrno::EINVAL), Some(Placement::Ordinary(_))) = (rc, placement) {
+                // Not an ordinary colour: nothing of this call moved.
+                status_chunk.fill(-libc::EINVAL);
+                continue;
+            }
             rc.map_err(|e| match e {
                 NixErrno::ESRCH => ShimError::TargetGone { pid },
                 NixErrno::EPERM => ShimError::NotPermitted { pid },
@@ -479,10 +492,6 @@ impl Remapper for ShimClient {
     ) -> Result<Vec<PageResult>, ShimError> {
         if pages.is_empty() {
             return Ok(Vec::new());
-        }
-        if let Placement::Ordinary(_) = to {
-            // The shim's ABI 1 cannot put a page on a chosen colour: the pages stay.
-            return Ok(vec![Err(Errno::EINVAL); pages.len()]);
         }
         self.pages(pid, pages, Some(to))
     }

@@ -32,6 +32,7 @@ const C_VALUES: &[&str] = &[
     "offsetof(struct rocs_shim_pages, count)",
     "offsetof(struct rocs_shim_pages, addrs)",
     "offsetof(struct rocs_shim_pages, status)",
+    "offsetof(struct rocs_shim_pages, colour)",
     "offsetof(struct rocs_shim_pages, flags)",
     "offsetof(struct rocs_shim_pages, moved)",
     "sizeof(struct rocs_shim_stats)",
@@ -52,6 +53,7 @@ const C_VALUES: &[&str] = &[
     "ROCS_SHIM_MAX_POOL_LIMIT",
     "ROCS_SHIM_POLLUTE",
     "ROCS_SHIM_RESTORE",
+    "ROCS_SHIM_ORDINARY",
     "ROCS_SHIM_CONFIG_PREFILL",
     "ROCS_SHIM_FAIL_UNMAPPED",
     "ROCS_SHIM_FAIL_NOT_PRESENT",
@@ -94,6 +96,7 @@ fn rust_values() -> Vec<u64> {
         v(offset_of!(Pages, count)),
         v(offset_of!(Pages, addrs)),
         v(offset_of!(Pages, status)),
+        v(offset_of!(Pages, colour)),
         v(offset_of!(Pages, flags)),
         v(offset_of!(Pages, moved)),
         v(size_of::<Stats>()),
@@ -114,6 +117,7 @@ fn rust_values() -> Vec<u64> {
         abi::MAX_POOL_LIMIT,
         abi::POLLUTE.into(),
         abi::RESTORE.into(),
+        abi::ORDINARY.into(),
         abi::CONFIG_PREFILL.into(),
         v(abi::FAIL_UNMAPPED),
         v(abi::FAIL_NOT_PRESENT),
@@ -211,13 +215,31 @@ fn structs_have_no_implicit_padding() {
     // Every struct's size is the sum of its fields: the explicit padding is all there is.
     assert_eq!(size_of::<abi::Info>(), 4 * 4 + 3 * 8 + abi::MASK_WORDS * 8);
     assert_eq!(size_of::<abi::Config>(), 2 * 4 + 8 + abi::MASK_WORDS * 8);
-    assert_eq!(size_of::<abi::Pages>(), 2 * 4 + 5 * 8);
+    assert_eq!(size_of::<abi::Pages>(), 4 * 4 + 4 * 8);
     assert_eq!(
         size_of::<abi::Stats>(),
         3 * 8 + abi::FAIL_NR * 8 + 3 * 8 + 2 * 4 + abi::MAX_COLOURS * 8
     );
     // The ioctl size field has 14 bits.
     assert!(size_of::<abi::Stats>() < 1 << 14);
+}
+
+#[test]
+fn abi_2_keeps_the_size_and_offsets_of_abi_1_pages() {
+    // ABI 2 split ABI 1's `__u64 flags` into `colour` and `flags`; nothing else moved.
+    use abi::Pages;
+    assert_eq!(size_of::<Pages>(), 48);
+    assert_eq!(
+        [
+            offset_of!(Pages, count),
+            offset_of!(Pages, addrs),
+            offset_of!(Pages, status),
+            offset_of!(Pages, colour),
+            offset_of!(Pages, flags),
+            offset_of!(Pages, moved),
+        ],
+        [8, 16, 24, 32, 36, 40]
+    );
 }
 
 /// The client against the real module: tests/vm/run.sh runs this (`--ignored`) inside its
@@ -299,6 +321,42 @@ fn live_client_moves_pages_and_reports_each() {
             assert_eq!(queried[i], Ok(Colour(c)), "page {i}: QUERY disagrees");
         }
     }
+
+    // Out of the pollute buffer onto one chosen ordinary colour; then they stay there.
+    let before = shim.stats().expect("STATS");
+    for round in 0..2 {
+        let results = shim
+            .migrate(0, &pages, Placement::Ordinary(Colour(5)))
+            .expect("MIGRATE to Ordinary");
+        assert_eq!(results[PAGES], Err(Errno::EFAULT));
+        let queried = shim.query(0, &pages).expect("QUERY");
+        for (i, r) in results[..PAGES].iter().enumerate() {
+            assert_eq!(*r, Ok(Colour(5)), "round {round}, page {i}");
+            assert_eq!(pagemap_colour(pages[i]), 5, "page {i}: pagemap disagrees");
+            assert_eq!(queried[i], Ok(Colour(5)), "page {i}: QUERY disagrees");
+        }
+    }
+    let after = shim.stats().expect("STATS");
+    assert_eq!(
+        after.migrated_restore - before.migrated_restore,
+        PAGES as u64
+    );
+    assert_eq!(after.already_placed - before.already_placed, PAGES as u64);
+    // A pollute colour, or one beyond the colours: every page gets EINVAL and stays.
+    for bad in [Colour(3), Colour(16), Colour(u32::MAX)] {
+        let results = shim
+            .migrate(0, &pages, Placement::Ordinary(bad))
+            .expect("MIGRATE to a bad colour answers per page");
+        assert!(
+            results.iter().all(|r| *r == Err(Errno::EINVAL)),
+            "{bad:?}: {results:?}"
+        );
+    }
+    assert!(shim
+        .query(0, &pages[..PAGES])
+        .unwrap()
+        .iter()
+        .all(|r| *r == Ok(Colour(5))));
     assert!(mem
         .iter()
         .enumerate()

@@ -15,7 +15,7 @@
 #include <linux/types.h>
 
 /* Bumped on every incompatible change of a struct or an ioctl. */
-#define ROCS_SHIM_ABI_VERSION 1
+#define ROCS_SHIM_ABI_VERSION 2
 
 #define ROCS_SHIM_DEVICE "/dev/rocs_shim"
 
@@ -34,6 +34,9 @@
 #define ROCS_SHIM_POLLUTE 1 /* onto frames of the pollute colours */
 #define ROCS_SHIM_RESTORE 2 /* back onto the colour the page had before Pollute moved
 			     * it, else onto any other colour */
+#define ROCS_SHIM_ORDINARY 3 /* onto the ordinary colour rocs_shim_pages.colour, else onto
+			      * any other ordinary colour; pages already on an ordinary colour
+			      * stay */
 
 /*
  * Why a page did not move; index into rocs_shim_stats.failures. The per-page status of
@@ -71,7 +74,8 @@ struct rocs_shim_info {
  * A page moves to a frame of its own NUMA node; each node has its own stash of at most
  * pool_limit frames, half of it shared by the pollute colours, half by the others, and
  * never more than a quarter of the node's frames of any colour; the pollute frames a
- * Restore frees are taken back even above that, within pool_limit.
+ * Restore or an ORDINARY migration frees are taken back even above that, within
+ * pool_limit.
  */
 struct rocs_shim_config {
 	__u32 colours;   /* power of two, 2..ROCS_SHIM_MAX_COLOURS */
@@ -84,11 +88,13 @@ struct rocs_shim_config {
 /* MIGRATE and QUERY: a list of page addresses of one process, and a status per page. */
 struct rocs_shim_pages {
 	__u32 pid;       /* target, in the caller's pid namespace; 0 = the caller */
-	__u32 placement; /* MIGRATE: ROCS_SHIM_POLLUTE or ROCS_SHIM_RESTORE; QUERY: 0 */
+	__u32 placement; /* MIGRATE: ROCS_SHIM_POLLUTE, _RESTORE or _ORDINARY; QUERY: 0 */
 	__u64 count;     /* 1..ROCS_SHIM_MAX_PAGES */
 	__u64 addrs;     /* user pointer to __u64[count], page-aligned virtual addresses */
 	__u64 status;    /* user pointer to __s32[count]: colour now (>= 0) or -errno */
-	__u64 flags;     /* must be 0 */
+	__u32 colour;    /* MIGRATE to ROCS_SHIM_ORDINARY: the colour (an ordinary one,
+			  * < colours); else 0 */
+	__u32 flags;     /* must be 0 */
 	__u64 moved;     /* out: pages that changed frame in this call */
 };
 

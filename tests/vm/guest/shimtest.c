@@ -77,9 +77,10 @@ static int shim_configure(unsigned int colours, uint64_t mask0, uint64_t pool_li
 	return ioctl(shim, ROCS_SHIM_IOC_CONFIGURE, &cfg) ? -errno : 0;
 }
 
-/* MIGRATE (placement != 0) or QUERY (placement == 0); 0 or -errno of the ioctl. */
-static int shim_pages(int fd, pid_t pid, const uint64_t *addrs, uint64_t n, unsigned int placement,
-		      int32_t *status, uint64_t *moved)
+/* MIGRATE (placement != 0) or QUERY (placement == 0), @colour for ROCS_SHIM_ORDINARY; 0 or
+ * -errno of the ioctl. */
+static int shim_pages_to(int fd, pid_t pid, const uint64_t *addrs, uint64_t n,
+			 unsigned int placement, uint32_t colour, int32_t *status, uint64_t *moved)
 {
 	struct rocs_shim_pages req;
 	int rc;
@@ -87,6 +88,7 @@ static int shim_pages(int fd, pid_t pid, const uint64_t *addrs, uint64_t n, unsi
 	memset(&req, 0, sizeof(req));
 	req.pid = pid;
 	req.placement = placement;
+	req.colour = colour;
 	req.count = n;
 	req.addrs = (uintptr_t)addrs;
 	req.status = (uintptr_t)status;
@@ -94,6 +96,12 @@ static int shim_pages(int fd, pid_t pid, const uint64_t *addrs, uint64_t n, unsi
 	if (moved)
 		*moved = req.moved;
 	return rc ? -errno : 0;
+}
+
+static int shim_pages(int fd, pid_t pid, const uint64_t *addrs, uint64_t n, unsigned int placement,
+		      int32_t *status, uint64_t *moved)
+{
+	return shim_pages_to(fd, pid, addrs, n, placement, 0, status, moved);
 }
 
 static int shim_stats(struct rocs_shim_stats *st)
@@ -475,15 +483,19 @@ static long pollute_held(void)
  * before the Restore and after). Frames the stash took from movable pageblocks (where
  * unmovable allocations fall back when memory is fragmented) go to the movable list,
  * and there the target's next faults get them.
+ *
+ * The ordinary test runs the same check for an ORDINARY migration (reclaim_pinned).
  */
 #define RECLAIM_PAGES 1024
 #define RECLAIM_SEED 0x5eed0005ULL
 
 static int raw_config(uint32_t colours, uint32_t flags, uint64_t limit, uint64_t m0, uint64_t m1);
 static void stash_settle(void);
-static void test_reclaim_inner(void);
+static void reclaim_inner(unsigned int placement, uint32_t colour, size_t n);
 
-static void test_reclaim(void)
+/* The reclaim check for @n pages moved off the pollute colours by @placement (@colour for
+ * ORDINARY), pinned to CPU 0. */
+static void reclaim_pinned(unsigned int placement, uint32_t colour, size_t n)
 {
 	cpu_set_t cpu0, old_cpus;
 
@@ -492,67 +504,231 @@ static void test_reclaim(void)
 	CPU_SET(0, &cpu0);
 	CHECK(sched_setaffinity(0, sizeof(cpu0), &cpu0) == 0, "sched_setaffinity: %s",
 	      strerror(errno));
-	test_reclaim_inner();
+	reclaim_inner(placement, colour, n);
 	sched_setaffinity(0, sizeof(old_cpus), &old_cpus);
 	/* The configuration the other tests expect. */
 	CHECK(shim_configure(COLOURS, POLLUTE_MASK, POOL_LIMIT) == 0, "CONFIGURE");
 }
 
-static void test_reclaim_inner(void)
+static void test_reclaim(void)
 {
-	int32_t status[RECLAIM_PAGES];
+	reclaim_pinned(ROCS_SHIM_RESTORE, 0, RECLAIM_PAGES);
+}
+
+static void reclaim_inner(unsigned int placement, uint32_t colour, size_t n)
+{
+	static int32_t status[RECLAIM_PAGES];
+	const char *how = placement == ROCS_SHIM_RESTORE ? "Restore" : "ORDINARY migration";
 	uint64_t *region, *fresh, *addrs, *fresh_addrs, moved = 0;
 	long held_before, held_after;
 	size_t i, on_pollute = 0;
 
+	CHECK(n <= RECLAIM_PAGES, "%zu pages", n);
 	CHECK(raw_config(COLOURS, ROCS_SHIM_CONFIG_PREFILL, POOL_LIMIT, POLLUTE_MASK, 0) == 0,
 	      "CONFIGURE");
 	stash_settle();
-	region = anon_pages(RECLAIM_PAGES, RECLAIM_SEED);
+	region = anon_pages(n, RECLAIM_SEED);
 	CHECK(region, "mmap");
-	addrs = addrs_of(region, RECLAIM_PAGES);
+	addrs = addrs_of(region, n);
 	CHECK(addrs, "malloc");
-	CHECK(shim_pages(shim, 0, addrs, RECLAIM_PAGES, ROCS_SHIM_POLLUTE, status, &moved) == 0,
+	CHECK(shim_pages(shim, 0, addrs, n, ROCS_SHIM_POLLUTE, status, &moved) == 0,
 	      "MIGRATE to Pollute: %s", strerror(errno));
-	check_placed(0, addrs, status, RECLAIM_PAGES, true);
+	check_placed(0, addrs, status, n, true);
 	if (failure[0])
 		return;
 	/* The refill after Pollute has topped the stash up again. */
 	stash_settle();
 	held_before = pollute_held();
-	CHECK(shim_pages(shim, 0, addrs, RECLAIM_PAGES, ROCS_SHIM_RESTORE, status, &moved) == 0,
-	      "MIGRATE to Restore: %s", strerror(errno));
-	CHECK(moved == RECLAIM_PAGES, "restored %llu of %d", (unsigned long long)moved,
-	      RECLAIM_PAGES);
+	CHECK(shim_pages_to(shim, 0, addrs, n, placement, colour, status, &moved) == 0,
+	      "MIGRATE off the pollute colours (%s): %s", how, strerror(errno));
+	CHECK(moved == n, "moved %llu of %zu off the pollute colours", (unsigned long long)moved,
+	      n);
+	check_placed(0, addrs, status, n, false);
+	if (failure[0])
+		return;
 
-	/* New pages of the same process, right after the Restore. */
-	fresh = anon_pages(RECLAIM_PAGES, RECLAIM_SEED + 1);
+	/* New pages of the same process, right after the move. */
+	fresh = anon_pages(n, RECLAIM_SEED + 1);
 	CHECK(fresh, "mmap");
-	fresh_addrs = addrs_of(fresh, RECLAIM_PAGES);
+	fresh_addrs = addrs_of(fresh, n);
 	CHECK(fresh_addrs, "malloc");
-	CHECK(shim_pages(shim, 0, fresh_addrs, RECLAIM_PAGES, 0, status, NULL) == 0,
+	CHECK(shim_pages(shim, 0, fresh_addrs, n, 0, status, NULL) == 0,
 	      "QUERY: %s", strerror(errno));
 	held_after = pollute_held();
-	for (i = 0; i < RECLAIM_PAGES; i++) {
+	for (i = 0; i < n; i++) {
 		CHECK(status[i] >= 0, "new page %zu: status %d", i, status[i]);
 		on_pollute += is_pollute(status[i]);
 	}
-	printf("# reclaim: %zu of %d new pages on pollute colours (by chance: %d); the stash "
-	       "held %ld pollute frames before the Restore, %ld after\n",
-	       on_pollute, RECLAIM_PAGES, RECLAIM_PAGES * 2 / COLOURS, held_before, held_after);
-	/* Twice what chance gives: the frames the Restore freed did not go to them. */
-	CHECK(on_pollute < RECLAIM_PAGES * 2 * 2 / COLOURS,
-	      "%zu of %d new pages on pollute colours", on_pollute, RECLAIM_PAGES);
+	printf("# reclaim: %zu of %zu new pages on pollute colours (by chance: %zu); the stash "
+	       "held %ld pollute frames before the %s, %ld after\n",
+	       on_pollute, n, n * 2 / COLOURS, held_before, how, held_after);
+	/* Twice what chance gives: the frames the move freed did not go to them. */
+	CHECK(on_pollute < n * 2 * 2 / COLOURS,
+	      "%zu of %zu new pages on pollute colours", on_pollute, n);
 	/* Those frames went back to the stash instead (a few per CPU are freed later, from
 	 * the kernel's LRU batches). */
-	CHECK(held_after - held_before >= RECLAIM_PAGES * 3 / 4,
-	      "the stash held %ld pollute frames before the Restore, %ld after", held_before,
+	CHECK(held_after - held_before >= (long)(n * 3 / 4),
+	      "the stash held %ld pollute frames before the %s, %ld after", held_before, how,
 	      held_after);
-	CHECK(pattern_broken(region, RECLAIM_PAGES, RECLAIM_SEED) < 0, "data changed");
-	munmap(region, RECLAIM_PAGES * PAGE);
-	munmap(fresh, RECLAIM_PAGES * PAGE);
+	CHECK(pattern_broken(region, n, RECLAIM_SEED) < 0, "data changed");
+	munmap(region, n * PAGE);
+	munmap(fresh, n * PAGE);
 	free(addrs);
 	free(fresh_addrs);
+}
+
+/*
+ * ORDINARY: a page the allocator put on a pollute colour has no home to go back to; rocsd
+ * sends it to the ordinary colour where its program has room. ORD_PAGES pages that start
+ * on ordinary colours other than ORD_COLOUR are confined, then moved with ORDINARY onto
+ * ORD_COLOUR in one call with ORD_STAY pages left on other ordinary colours: the confined
+ * ones land on ORD_COLOUR, not on their old colour (the stash, or a block of COLOURS
+ * frames, always has a frame of it in this guest's free memory), the others stay where
+ * they are; asked again with another colour, none moves. Confined and restored again,
+ * each page comes back to ORD_COLOUR, the colour it had before that Pollute, not to the
+ * one it had before the first. A colour that is not an ordinary one, and a colour with
+ * another placement or with QUERY, are refused for the whole call and move nothing.
+ * Last, the reclaim test's check for an ORDINARY migration: the pollute frames it frees
+ * go to the stash, as a Restore's do (few pages: only the frames of ORD_COLOUR leave the
+ * full stash to make room for them).
+ */
+#define ORD_COLOUR 7
+#define ORD_PAGES 64
+#define ORD_STAY 16
+#define ORD_REGION 1024
+#define ORD_SEED 0x5eed0007ULL
+#define ORD_RECLAIM_PAGES 128
+
+static int raw_pages(unsigned long cmd, uint32_t pid, uint32_t placement, uint64_t count,
+		     uint64_t addrs, uint64_t status, uint32_t colour, uint32_t flags);
+static void test_ordinary_inner(uint64_t *region, const uint64_t *region_addrs);
+
+static void test_ordinary(void)
+{
+	uint64_t *region = anon_pages(ORD_REGION, ORD_SEED);
+	uint64_t *region_addrs = addrs_of(region, ORD_REGION);
+
+	CHECK(region && region_addrs, "mmap, malloc");
+	test_ordinary_inner(region, region_addrs);
+	munmap(region, ORD_REGION * PAGE);
+	free(region_addrs);
+	if (failure[0])
+		return;
+	reclaim_pinned(ROCS_SHIM_ORDINARY, ORD_COLOUR, ORD_RECLAIM_PAGES);
+}
+
+static void test_ordinary_inner(uint64_t *region, const uint64_t *region_addrs)
+{
+	enum { N = ORD_PAGES + ORD_STAY };
+	static int32_t region_colour[ORD_REGION];
+	static const struct {
+		unsigned long cmd;
+		uint32_t placement, colour, flags;
+		const char *what;
+	} refused[] = {
+		{ ROCS_SHIM_IOC_MIGRATE, ROCS_SHIM_ORDINARY, 0, 0, "ORDINARY to pollute colour 0" },
+		{ ROCS_SHIM_IOC_MIGRATE, ROCS_SHIM_ORDINARY, 1, 0, "ORDINARY to pollute colour 1" },
+		{ ROCS_SHIM_IOC_MIGRATE, ROCS_SHIM_ORDINARY, COLOURS, 0, "ORDINARY to colour 16 of 16" },
+		{ ROCS_SHIM_IOC_MIGRATE, ROCS_SHIM_ORDINARY, ROCS_SHIM_MAX_COLOURS, 0,
+		  "ORDINARY to colour MAX_COLOURS" },
+		{ ROCS_SHIM_IOC_MIGRATE, ROCS_SHIM_ORDINARY, 0xffffffffu, 0, "ORDINARY to colour ~0" },
+		{ ROCS_SHIM_IOC_MIGRATE, ROCS_SHIM_ORDINARY, ORD_COLOUR, 1, "ORDINARY with flags 1" },
+		{ ROCS_SHIM_IOC_MIGRATE, ROCS_SHIM_POLLUTE, ORD_COLOUR, 0, "POLLUTE with a colour" },
+		{ ROCS_SHIM_IOC_MIGRATE, ROCS_SHIM_RESTORE, ORD_COLOUR, 0, "RESTORE with a colour" },
+		{ ROCS_SHIM_IOC_QUERY, 0, ORD_COLOUR, 0, "QUERY with a colour" },
+	};
+	uint64_t addrs[N], moved = 0;
+	int32_t was[N], status[N], confined[ORD_PAGES];
+	struct rocs_shim_stats before, after;
+	size_t i, n = 0, stay = 0;
+	int rc;
+
+	/* ORD_PAGES pages to confine, then ORD_STAY to leave, all on other ordinary colours. */
+	CHECK(shim_pages(shim, 0, region_addrs, ORD_REGION, 0, region_colour, NULL) == 0,
+	      "QUERY: %s", strerror(errno));
+	for (i = 0; i < ORD_REGION && n + stay < N; i++) {
+		CHECK(region_colour[i] >= 0, "page %zu: QUERY %d", i, region_colour[i]);
+		if (is_pollute(region_colour[i]) || region_colour[i] == ORD_COLOUR)
+			continue;
+		if (n < ORD_PAGES) {
+			addrs[n] = region_addrs[i];
+			was[n++] = region_colour[i];
+		} else {
+			addrs[ORD_PAGES + stay] = region_addrs[i];
+			was[ORD_PAGES + stay++] = region_colour[i];
+		}
+	}
+	CHECK(n + stay == N, "only %zu of %d pages on ordinary colours other than %d", n + stay,
+	      ORD_REGION, ORD_COLOUR);
+	CHECK(shim_pages(shim, 0, addrs, ORD_PAGES, ROCS_SHIM_POLLUTE, confined, NULL) == 0,
+	      "MIGRATE to Pollute: %s", strerror(errno));
+	check_placed(0, addrs, confined, ORD_PAGES, true);
+	if (failure[0])
+		return;
+
+	/* Refused before anything moves: every page is where it was. */
+	for (i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+		rc = raw_pages(refused[i].cmd, 0, refused[i].placement, N, (uintptr_t)addrs,
+			       (uintptr_t)status, refused[i].colour, refused[i].flags);
+		CHECK(rc == EINVAL, "%s: %d", refused[i].what, rc);
+	}
+	for (i = 0; i < N; i++) {
+		int colour = pfn_colour(pagemap_pfn(0, addrs[i]));
+
+		CHECK(colour == (i < ORD_PAGES ? confined[i] : was[i]),
+		      "page %zu moved to colour %d by a refused call", i, colour);
+	}
+
+	CHECK(shim_stats(&before) == 0, "STATS");
+	CHECK(shim_pages_to(shim, 0, addrs, N, ROCS_SHIM_ORDINARY, ORD_COLOUR, status, &moved) == 0,
+	      "MIGRATE to ORDINARY %d: %s", ORD_COLOUR, strerror(errno));
+	CHECK(shim_stats(&after) == 0, "STATS");
+	for (i = 0; i < N; i++) {
+		int want = i < ORD_PAGES ? ORD_COLOUR : was[i];
+		int colour = pfn_colour(pagemap_pfn(0, addrs[i]));
+
+		CHECK(status[i] == want && colour == want,
+		      "page %zu (old colour %d): status %d, pagemap colour %d, expected %d", i,
+		      was[i], status[i], colour, want);
+	}
+	CHECK(moved == ORD_PAGES, "moved %llu, expected %d", (unsigned long long)moved, ORD_PAGES);
+	CHECK(after.migrated_restore - before.migrated_restore == ORD_PAGES &&
+		      after.migrated_pollute == before.migrated_pollute &&
+		      after.already_placed - before.already_placed == ORD_STAY,
+	      "stats: restore +%llu, pollute +%llu, already placed +%llu",
+	      (unsigned long long)(after.migrated_restore - before.migrated_restore),
+	      (unsigned long long)(after.migrated_pollute - before.migrated_pollute),
+	      (unsigned long long)(after.already_placed - before.already_placed));
+	CHECK(shim_pages(shim, 0, addrs, N, 0, status, NULL) == 0, "QUERY: %s", strerror(errno));
+	for (i = 0; i < N; i++)
+		CHECK(status[i] == (i < ORD_PAGES ? ORD_COLOUR : was[i]), "page %zu: QUERY %d", i,
+		      status[i]);
+	CHECK(pattern_broken(region, ORD_REGION, ORD_SEED) < 0, "data changed");
+
+	/* On an ordinary colour already: another colour asked for, none moves. */
+	CHECK(shim_pages_to(shim, 0, addrs, N, ROCS_SHIM_ORDINARY, ORD_COLOUR + 1, status,
+			    &moved) == 0, "MIGRATE to ORDINARY %d: %s", ORD_COLOUR + 1,
+	      strerror(errno));
+	CHECK(moved == 0, "moved %llu pages already on ordinary colours", (unsigned long long)moved);
+	for (i = 0; i < N; i++)
+		CHECK(status[i] == (i < ORD_PAGES ? ORD_COLOUR : was[i]), "page %zu: status %d", i,
+		      status[i]);
+
+	/* Confined again and restored: back to ORD_COLOUR, not to their first colour. */
+	CHECK(shim_pages(shim, 0, addrs, ORD_PAGES, ROCS_SHIM_POLLUTE, status, NULL) == 0,
+	      "MIGRATE to Pollute: %s", strerror(errno));
+	check_placed(0, addrs, status, ORD_PAGES, true);
+	if (failure[0])
+		return;
+	CHECK(shim_pages(shim, 0, addrs, ORD_PAGES, ROCS_SHIM_RESTORE, status, NULL) == 0,
+	      "MIGRATE to Restore: %s", strerror(errno));
+	check_placed(0, addrs, status, ORD_PAGES, false);
+	if (failure[0])
+		return;
+	for (i = 0; i < ORD_PAGES; i++)
+		CHECK(status[i] == ORD_COLOUR, "page %zu restored onto %d, not %d (its colour "
+		      "before it was confined again)", i, status[i], ORD_COLOUR);
+	CHECK(pattern_broken(region, ORD_REGION, ORD_SEED) < 0, "data changed");
 }
 
 /*
@@ -599,13 +775,19 @@ static void test_numa_inner(void)
 	}
 	CHECK(syscall(SYS_move_pages, 0, N, pages, nodes, where, 2) == 0, "move_pages: %s",
 	      strerror(errno));
-	for (pass = 0; pass < 2; pass++) {
-		unsigned int to = pass ? ROCS_SHIM_RESTORE : ROCS_SHIM_POLLUTE;
+	/* Pollute, Restore, Pollute, ORDINARY onto colour 7. */
+	for (pass = 0; pass < 4; pass++) {
+		unsigned int to = pass == 3 ? ROCS_SHIM_ORDINARY
+			: pass % 2 ? ROCS_SHIM_RESTORE : ROCS_SHIM_POLLUTE;
 
-		CHECK(shim_pages(shim, 0, addrs, N, to, status, NULL) == 0, "MIGRATE");
+		CHECK(shim_pages_to(shim, 0, addrs, N, to, to == ROCS_SHIM_ORDINARY ? 7 : 0, status,
+				    NULL) == 0, "MIGRATE");
 		check_placed(0, addrs, status, N, to == ROCS_SHIM_POLLUTE);
 		if (failure[0])
 			return;
+		for (i = 0; to == ROCS_SHIM_ORDINARY && i < N; i++)
+			CHECK(status[i] == 7, "page %d: ORDINARY to colour 7 put it on %d", i,
+			      status[i]);
 		/* move_pages with no target nodes reports where each page is. */
 		CHECK(syscall(SYS_move_pages, 0, N, pages, NULL, where, 0) == 0, "move_pages query");
 		for (i = 0; i < N; i++)
@@ -1117,10 +1299,11 @@ static void test_special(void)
 }
 
 static int raw_pages(unsigned long cmd, uint32_t pid, uint32_t placement, uint64_t count,
-		     uint64_t addrs, uint64_t status, uint64_t flags)
+		     uint64_t addrs, uint64_t status, uint32_t colour, uint32_t flags)
 {
 	struct rocs_shim_pages req = { .pid = pid, .placement = placement, .count = count,
-				       .addrs = addrs, .status = status, .flags = flags };
+				       .addrs = addrs, .status = status, .colour = colour,
+				       .flags = flags };
 
 	return ioctl(shim, cmd, &req) ? errno : 0;
 }
@@ -1149,33 +1332,35 @@ static void test_bad_arguments(void)
 	int rc;
 
 	CHECK(page, "mmap");
-	rc = raw_pages(M, 0, ROCS_SHIM_POLLUTE, 0, A, S, 0);
+	rc = raw_pages(M, 0, ROCS_SHIM_POLLUTE, 0, A, S, 0, 0);
 	CHECK(rc == EINVAL, "count 0: %d", rc);
-	rc = raw_pages(M, 0, ROCS_SHIM_POLLUTE, ROCS_SHIM_MAX_PAGES + 1, A, S, 0);
+	rc = raw_pages(M, 0, ROCS_SHIM_POLLUTE, ROCS_SHIM_MAX_PAGES + 1, A, S, 0, 0);
 	CHECK(rc == EINVAL, "count max+1: %d", rc);
-	rc = raw_pages(M, 0, ROCS_SHIM_POLLUTE, UINT64_MAX, A, S, 0);
+	rc = raw_pages(M, 0, ROCS_SHIM_POLLUTE, UINT64_MAX, A, S, 0, 0);
 	CHECK(rc == EINVAL, "count 2^64-1: %d", rc);
-	rc = raw_pages(M, 0, ROCS_SHIM_POLLUTE, 1ULL << 61, A, S, 0);
+	rc = raw_pages(M, 0, ROCS_SHIM_POLLUTE, 1ULL << 61, A, S, 0, 0);
 	CHECK(rc == EINVAL, "count 2^61 (overflows a byte size): %d", rc);
-	rc = raw_pages(M, 0, 0, 1, A, S, 0);
+	rc = raw_pages(M, 0, 0, 1, A, S, 0, 0);
 	CHECK(rc == EINVAL, "placement 0: %d", rc);
-	rc = raw_pages(M, 0, 3, 1, A, S, 0);
-	CHECK(rc == EINVAL, "placement 3: %d", rc);
-	rc = raw_pages(M, 0, 0xffffffffu, 1, A, S, 0);
+	rc = raw_pages(M, 0, 4, 1, A, S, 0, 0);
+	CHECK(rc == EINVAL, "placement 4: %d", rc);
+	rc = raw_pages(M, 0, 0xffffffffu, 1, A, S, 0, 0);
 	CHECK(rc == EINVAL, "placement ~0: %d", rc);
-	rc = raw_pages(Q, 0, ROCS_SHIM_POLLUTE, 1, A, S, 0);
+	rc = raw_pages(Q, 0, ROCS_SHIM_POLLUTE, 1, A, S, 0, 0);
 	CHECK(rc == EINVAL, "QUERY with a placement: %d", rc);
-	rc = raw_pages(M, 0, ROCS_SHIM_POLLUTE, 1, A, S, 1);
+	rc = raw_pages(M, 0, ROCS_SHIM_POLLUTE, 1, A, S, 0, 1);
 	CHECK(rc == EINVAL, "flags 1: %d", rc);
-	rc = raw_pages(M, 0, ROCS_SHIM_POLLUTE, 1, (uintptr_t)&unaligned, S, 0);
+	rc = raw_pages(M, 0, ROCS_SHIM_POLLUTE, 1, A, S, 0, 1U << 31);
+	CHECK(rc == EINVAL, "flags bit 31: %d", rc);
+	rc = raw_pages(M, 0, ROCS_SHIM_POLLUTE, 1, (uintptr_t)&unaligned, S, 0, 0);
 	CHECK(rc == EINVAL, "unaligned address: %d", rc);
-	rc = raw_pages(M, 0, ROCS_SHIM_POLLUTE, 1, 0, S, 0);
+	rc = raw_pages(M, 0, ROCS_SHIM_POLLUTE, 1, 0, S, 0, 0);
 	CHECK(rc == EFAULT, "addrs NULL: %d", rc);
-	rc = raw_pages(M, 0, ROCS_SHIM_POLLUTE, 1, kaddr, S, 0);
+	rc = raw_pages(M, 0, ROCS_SHIM_POLLUTE, 1, kaddr, S, 0, 0);
 	CHECK(rc == EFAULT, "addrs kernel pointer: %d", rc);
-	rc = raw_pages(M, 0, ROCS_SHIM_POLLUTE, 1, A, 0, 0);
+	rc = raw_pages(M, 0, ROCS_SHIM_POLLUTE, 1, A, 0, 0, 0);
 	CHECK(rc == EFAULT, "status NULL: %d", rc);
-	rc = raw_pages(M, 0, ROCS_SHIM_POLLUTE, 1, A, kaddr, 0);
+	rc = raw_pages(M, 0, ROCS_SHIM_POLLUTE, 1, A, kaddr, 0, 0);
 	CHECK(rc == EFAULT, "status kernel pointer: %d", rc);
 	{
 		/* Arrays that run off the end of a mapping into a hole. */
@@ -1185,18 +1370,18 @@ static void test_bad_arguments(void)
 
 		CHECK(edge != MAP_FAILED && munmap(edge + PAGE, PAGE) == 0, "mmap");
 		memcpy(edge + PAGE - 8, &a, 8);
-		rc = raw_pages(M, 0, ROCS_SHIM_POLLUTE, 2, (uintptr_t)edge + PAGE - 8, S, 0);
+		rc = raw_pages(M, 0, ROCS_SHIM_POLLUTE, 2, (uintptr_t)edge + PAGE - 8, S, 0, 0);
 		CHECK(rc == EFAULT, "addrs run off the mapping: %d", rc);
 		rc = raw_pages(M, 0, ROCS_SHIM_POLLUTE, 2, (uintptr_t)two,
-			       (uintptr_t)edge + PAGE - 4, 0);
+			       (uintptr_t)edge + PAGE - 4, 0, 0);
 		CHECK(rc == EFAULT, "status runs off the mapping: %d", rc);
 		munmap(edge, PAGE);
 	}
-	rc = raw_pages(M, 0x7ffffff0, ROCS_SHIM_POLLUTE, 1, A, S, 0);
+	rc = raw_pages(M, 0x7ffffff0, ROCS_SHIM_POLLUTE, 1, A, S, 0, 0);
 	CHECK(rc == ESRCH, "no such pid: %d", rc);
-	rc = raw_pages(M, 0xffffffffu, ROCS_SHIM_POLLUTE, 1, A, S, 0);
+	rc = raw_pages(M, 0xffffffffu, ROCS_SHIM_POLLUTE, 1, A, S, 0, 0);
 	CHECK(rc == ESRCH, "pid ~0: %d", rc);
-	rc = raw_pages(M, 2, ROCS_SHIM_POLLUTE, 1, A, S, 0);
+	rc = raw_pages(M, 2, ROCS_SHIM_POLLUTE, 1, A, S, 0, 0);
 	CHECK(rc == ESRCH, "a kernel thread (kthreadd): %d", rc);
 	rc = ioctl(shim, ROCS_SHIM_IOC_MIGRATE, (void *)8) ? errno : 0;
 	CHECK(rc == EFAULT, "argument pointer 8: %d", rc);
@@ -1361,7 +1546,8 @@ static uint64_t rnd(void)
 }
 
 /* Alongside the fuzzing: valid reconfigurations (with and without the background fill)
- * and migrations of this thread's own pages, so the paths meet under the module's lock. */
+ * and migrations of this thread's own pages (Pollute, Restore, ORDINARY onto the lowest
+ * ordinary colour), so the paths meet under the module's lock. */
 struct churn {
 	atomic_int stop;
 	unsigned long configs, migrations, errors;
@@ -1378,7 +1564,7 @@ static void *churn_main(void *arg)
 	for (i = 0; i < 32; i++)
 		addrs[i] = (uintptr_t)c->mem + i * PAGE;
 	while (!atomic_load(&c->stop) && c->configs < 16) {
-		unsigned int colours, k;
+		unsigned int colours, k, ordinary;
 		uint64_t mask;
 
 		state ^= state << 13;
@@ -1393,9 +1579,14 @@ static void *churn_main(void *arg)
 		if (raw_config(colours, (state >> 40) & 1, (state >> 41) % 256, mask, 0))
 			c->errors++;
 		c->configs++;
-		for (k = 0; k < 4; k++) {
-			if (shim_pages(shim, 0, addrs, 32, k % 2 ? ROCS_SHIM_RESTORE : ROCS_SHIM_POLLUTE,
-				       status, NULL))
+		for (ordinary = 0; (mask >> ordinary) & 1; ordinary++)
+			;
+		for (k = 0; k < 6; k++) {
+			unsigned int to = k % 2 ? (k == 5 ? ROCS_SHIM_ORDINARY : ROCS_SHIM_RESTORE)
+						: ROCS_SHIM_POLLUTE;
+
+			if (shim_pages_to(shim, 0, addrs, 32, to,
+					  to == ROCS_SHIM_ORDINARY ? ordinary : 0, status, NULL))
 				c->errors++;
 			c->migrations++;
 		}
@@ -1456,8 +1647,11 @@ static void test_fuzz(void)
 				req->addrs = rnd() % 8 ? (uintptr_t)addrs : rnd();
 				req->status = rnd() % 8 ? (uintptr_t)status : rnd();
 				req->pid = rnd() % 8 ? 0 : (uint32_t)rnd();
-				req->flags = rnd() % 8 ? 0 : rnd();
-				req->placement = rnd() % 4;
+				req->flags = rnd() % 8 ? 0 : (uint32_t)rnd();
+				req->placement = rnd() % 5;
+				/* Mostly a colour ORDINARY accepts or one it does not, now and
+				 * then a wild one. */
+				req->colour = rnd() % 8 ? rnd() % COLOURS : (uint32_t)rnd();
 			}
 		}
 		rc = ioctl(shim, cmd, &buf) ? errno : 0;
@@ -1770,6 +1964,7 @@ static const struct {
 	{ "pollute", test_pollute },
 	{ "restore", test_restore },
 	{ "home", test_home },
+	{ "ordinary", test_ordinary },
 	{ "reclaim", test_reclaim },
 	{ "numa", test_numa },
 	{ "order", test_order },
