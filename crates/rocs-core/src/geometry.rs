@@ -137,9 +137,82 @@ impl CacheGeometry {
     }
 }
 
+/// Where pages leaving the pollute colours go (each with [`crate::Placement::Ordinary`]):
+/// each onto the colour of `ordinary` that holds the fewest reused pages so far, then the
+/// fewest pages, then the lowest. `staying` are the colours of the program's pages that
+/// stay outside the buffer, each with whether it looks reused (a stream's page passes
+/// through its colour, a reused page stays in it); `pages` the pages leaving, each with
+/// the same, counted on its colour once sent. Pages the allocator put in the buffer have
+/// no colour of their own to go back to, and sent at random, a few of them can over-fill
+/// a colour whose pages the program reuses. Returns the pages by colour; nothing when
+/// there is no ordinary colour.
+pub fn spread_over_colours(
+    ordinary: &[crate::Colour],
+    staying: impl IntoIterator<Item = (crate::Colour, bool)>,
+    pages: &[(crate::VirtPage, bool)],
+) -> std::collections::BTreeMap<crate::Colour, Vec<crate::VirtPage>> {
+    use std::collections::BTreeMap;
+    // Per colour: reused pages, all pages.
+    let mut held: BTreeMap<crate::Colour, (usize, usize)> =
+        ordinary.iter().map(|&c| (c, (0, 0))).collect();
+    let count = |held: &mut (usize, usize), reused: bool| {
+        held.0 += usize::from(reused);
+        held.1 += 1;
+    };
+    for (colour, reused) in staying {
+        if let Some(n) = held.get_mut(&colour) {
+            count(n, reused);
+        }
+    }
+    let mut sent: BTreeMap<crate::Colour, Vec<crate::VirtPage>> = BTreeMap::new();
+    for &(page, reused) in pages {
+        let Some((&colour, n)) = held.iter_mut().min_by_key(|(c, n)| (**n, **c)) else {
+            break;
+        };
+        count(n, reused);
+        sent.entry(colour).or_default().push(page);
+    }
+    sent
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pages_leaving_the_buffer_fill_the_emptiest_colours_first() {
+        use crate::{Colour, VirtPage};
+        // Colour 3 is the buffer. Colour 0 holds two reused pages staying, colour 1 one
+        // reused and two streamed, colour 2 one reused (colour 3's and 9's pages count
+        // for none).
+        let staying = [
+            (0, true),
+            (0, true),
+            (1, true),
+            (1, false),
+            (1, false),
+            (2, true),
+        ]
+        .map(|(c, reused)| (Colour(c), reused))
+        .into_iter()
+        .chain([(Colour(3), true), (Colour(9), true)]);
+        let pages: Vec<(VirtPage, bool)> = [(10, true), (11, false), (12, true), (13, true)]
+            .map(|(p, reused)| (VirtPage(p), reused))
+            .to_vec();
+        let sent = spread_over_colours(&[Colour(0), Colour(1), Colour(2)], staying.clone(), &pages);
+        let by_colour: Vec<(u32, Vec<u64>)> = sent
+            .into_iter()
+            .map(|(c, p)| (c.0, p.into_iter().map(|p| p.0).collect()))
+            .collect();
+        // 10: colours 1 and 2 hold the fewest reused pages (one), 2 the fewest pages.
+        // 11: 1 now holds the fewest reused pages. 12: still 1 (a stream's page does not
+        // count as reused). 13: 0 and 2 tie at two reused pages of two, 0 is lower.
+        assert_eq!(
+            by_colour,
+            vec![(0, vec![13]), (1, vec![11, 12]), (2, vec![10])]
+        );
+        assert!(spread_over_colours(&[], staying, &pages).is_empty());
+    }
 
     #[test]
     fn ppc970fx_l2_has_sixteen_colours() {

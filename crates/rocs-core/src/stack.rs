@@ -116,6 +116,24 @@ impl MissRateStack {
             .unwrap_or(self.entries.len())
     }
 
+    /// The fewest sampled loads a page needs to look reused: half the median of the pages
+    /// that hit. A page of a reused array is loaded on every pass, as often as the array's
+    /// pages that hit, even when its colour makes it miss every time; a stream's page is
+    /// loaded on one pass only. `None` when no page hits: then nothing is reused.
+    pub fn reused_loads(&self) -> Option<u64> {
+        let mut loads: Vec<u64> = self
+            .entries
+            .iter()
+            .filter(|e| e.hits > 0)
+            .map(|e| e.hits + e.misses)
+            .collect();
+        if loads.is_empty() {
+            return None;
+        }
+        loads.sort_unstable();
+        Some(loads[loads.len() / 2].div_ceil(2))
+    }
+
     /// Region boundaries in stack order: the positions where the miss rate changes (pages
     /// of one merged region share theirs).
     pub fn boundaries(&self) -> Vec<usize> {

@@ -344,23 +344,6 @@ fn a_loop_fit_measured_over_its_pass_is_not_refined_window_by_window() {
     );
 }
 
-/// A search that keeps nothing still gives Steady its reference: random.md's run 408
-/// (tiny, four tenants; the last alone from window 67). Its search kept k = 0, and Steady,
-/// given no reference, learnt one from its first windows after its back-off, windows of
-/// the phase the program entered at window 96 (IPC 0.043 -> 0.029, LLC references per
-/// 1000 instructions 533 -> 1196): that phase was never profiled (1.001 of off). Judged
-/// against the search's windows at k = 0, it is seen, profiled, and its search keeps 4
-/// pages (1.52).
-#[test]
-fn a_search_that_keeps_nothing_gives_steady_its_reference() {
-    assert_speedup_above(
-        "tiny",
-        0x81dd_3c7b_a3a9_0974,
-        9_357_702_102_470_166_900,
-        1.3,
-    );
-}
-
 /// A best point measured again is judged against k = 0 measured as often: random.md's run
 /// 465 (ppc970fx, alone: a sequential loop over the LLC beside a 16-page hot array). Its
 /// loop fit read 0.676 to 0.825 over four windows against k = 0's two (0.596, 0.517), and

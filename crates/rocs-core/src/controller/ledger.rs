@@ -4,9 +4,10 @@
 //! It knows pages only through migration and colour reports (what the platform confirmed),
 //! never through what was asked: a page is confined once its move was reported done.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 use super::messages::{Action, ColourReport, MigrationReport};
+use crate::geometry::spread_over_colours;
 use crate::{Colour, Errno, MissRateStack, Placement, VirtPage};
 
 /// Pages that failed in one migration report.
@@ -32,9 +33,12 @@ pub(crate) struct PageLedger {
     /// Pages in the pollute buffer (confirmed by migration reports).
     confined: BTreeSet<VirtPage>,
     /// Ordinary pages found in the pollute colours (the allocator put them there); moved
-    /// out once a search settles on a placement that confines anything (a probe leaves
-    /// them: each one moved out lands on some ordinary colour, and a probe's placement
-    /// does not last long enough to repay that).
+    /// out once a search settles on a placement that confines anything, and by a probe
+    /// when the profile saw them hit (reused data that the probe's confined pages would
+    /// make miss; a squatter that only missed loses nothing there). Each goes to the
+    /// ordinary colour that holds the fewest of the stack's reused pages, then of its
+    /// pages, staying outside ([`spread_over_colours`]): a page sent to any ordinary
+    /// colour can over-fill one.
     squatters: BTreeSet<VirtPage>,
     /// Confined pages that were squatters: confined where they were, without a move, and
     /// squatters again, where they are, when a placement lets them go (the operator's
@@ -64,10 +68,14 @@ pub(crate) struct PageLedger {
     /// that they miss there whatever else is confined, and a probe that leaves them
     /// measures nothing.
     probes_evict: bool,
+    /// The colours outside the pollute buffer.
+    ordinary: Vec<Colour>,
+    /// The colour of each page's frame, as last reported (by a colour query or a move).
+    colour_of: HashMap<VirtPage, Colour>,
 }
 
 impl PageLedger {
-    pub fn new(page_budget: u32) -> Self {
+    pub fn new(page_budget: u32, ordinary: Vec<Colour>) -> Self {
         PageLedger {
             confined: BTreeSet::new(),
             squatters: BTreeSet::new(),
@@ -81,6 +89,8 @@ impl PageLedger {
             awaiting_colours: false,
             budget_left: page_budget,
             probes_evict: false,
+            ordinary,
+            colour_of: HashMap::new(),
         }
     }
 
@@ -164,6 +174,7 @@ impl PageLedger {
         self.in_flight = self.in_flight.saturating_sub(1);
         for (page, result) in report.pages.iter().zip(&report.results) {
             if let Ok(colour) = result {
+                self.colour_of.insert(*page, *colour);
                 if !pollute.contains(colour) {
                     self.confined.remove(page);
                     self.explicit.remove(page);
@@ -208,15 +219,12 @@ impl PageLedger {
         // At k = 0 nothing of ours is confined and the squatters we moved out go back, so
         // that k = 0 is "rocs not running" (the LLC keeps all of its colours for the
         // program).
+        let evicted = self.evicted_by(stack, settled);
         let restore: Vec<VirtPage> = self
             .confined
             .iter()
             .filter(|p| seen(p))
-            .chain(
-                self.squatters
-                    .iter()
-                    .filter(|_| (settled || self.probes_evict) && k > 0),
-            )
+            .chain(evicted.iter().filter(|_| k > 0))
             .filter(|p| !target.contains(p) && !self.failed.contains(p))
             .filter(|p| !self.explicit.contains(p))
             .copied()
@@ -246,11 +254,43 @@ impl PageLedger {
             .collect();
         let issued = restore_now.len() + pollute_now.len();
         self.budget_left -= issued as u32;
+        // Confined pages go back to the colours they came from, squatters to the colours
+        // with room.
+        let (squatters_out, restore_now): (Vec<VirtPage>, Vec<VirtPage>) = restore_now
+            .into_iter()
+            .partition(|p| self.squatters.contains(p));
+        let reused_loads = stack.reused_loads();
+        let reused: HashSet<VirtPage> = stack
+            .entries()
+            .iter()
+            .filter(|e| reused_loads.is_some_and(|least| e.hits + e.misses >= least))
+            .map(|e| e.page)
+            .collect();
+        let staying = stack
+            .entries()
+            .iter()
+            .filter(|e| !target.contains(&e.page))
+            .filter_map(|e| Some((*self.colour_of.get(&e.page)?, reused.contains(&e.page))));
+        let leaving: Vec<(VirtPage, bool)> = squatters_out
+            .iter()
+            .map(|p| (*p, reused.contains(p)))
+            .collect();
+        let spread = spread_over_colours(&self.ordinary, staying, &leaving);
+        let sent_somewhere = if spread.is_empty() {
+            squatters_out
+        } else {
+            Vec::new()
+        };
+        let mut batches = vec![(restore_now, Placement::Restore)];
+        batches.extend(
+            spread
+                .into_iter()
+                .map(|(c, pages)| (pages, Placement::Ordinary(c))),
+        );
+        batches.push((sent_somewhere, Placement::Restore));
+        batches.push((pollute_now, Placement::Pollute));
         let mut actions = Vec::new();
-        for (pages, to) in [
-            (restore_now, Placement::Restore),
-            (pollute_now, Placement::Pollute),
-        ] {
+        for (pages, to) in batches {
             if !pages.is_empty() {
                 self.in_flight += 1;
                 actions.push(Action::Migrate { pages, to });
@@ -261,6 +301,25 @@ impl PageLedger {
             issued,
             complete: issued == needed,
         }
+    }
+
+    /// The squatters a placement that confines anything moves out: a settled one all of
+    /// them, a probe all when told to, else those the profile saw hit.
+    fn evicted_by(&self, stack: &MissRateStack, settled: bool) -> BTreeSet<VirtPage> {
+        if settled || self.probes_evict {
+            return self.squatters.clone();
+        }
+        let hit: HashSet<VirtPage> = stack
+            .entries()
+            .iter()
+            .filter(|e| e.hits > 0)
+            .map(|e| e.page)
+            .collect();
+        self.squatters
+            .iter()
+            .filter(|p| hit.contains(p))
+            .copied()
+            .collect()
     }
 
     /// How many pages [`PageLedger::moves_towards`] would move, over all its batches, to
@@ -284,14 +343,11 @@ impl PageLedger {
             .iter()
             .filter(|p| !self.confined.contains(p) && !self.squatters.contains(p))
             .count();
-        let evict = if self.probes_evict && k > 0 {
-            self.squatters
-                .iter()
-                .filter(|p| !target.contains(p) && !self.failed.contains(p))
-                .count()
-        } else {
-            0
-        };
+        let evict = self
+            .evicted_by(stack, false)
+            .iter()
+            .filter(|p| k > 0 && !target.contains(p) && !self.failed.contains(p))
+            .count();
         restore + pollute + evict
     }
 
@@ -304,6 +360,9 @@ impl PageLedger {
         for (i, &page) in report.pages.iter().enumerate() {
             // A missing result means the page was not moved.
             let result = report.results.get(i).copied().unwrap_or(Err(Errno::EINVAL));
+            if let Ok(colour) = result {
+                self.colour_of.insert(page, colour);
+            }
             let named = self.naming.remove(&page);
             match (report.to, result) {
                 (Placement::Pollute, Ok(_)) if named => {
@@ -441,12 +500,80 @@ mod tests {
     #[test]
     fn the_moves_needed_are_the_moves_made() {
         let s = stack(40);
-        let mut l = PageLedger::new(7);
+        let mut l = PageLedger::new(7, vec![Colour(1)]);
         // Page 3 cannot move; from 10 confined, up to 25, down to 4, up to 30.
         for (from, to) in [(0, 10), (10, 25), (25, 4), (4, 30)] {
             let needed = l.moves_needed(&s, to, &|_| true);
             let made = place(&mut l, &s, to, &[3]);
             assert_eq!(needed, made, "from {from} to {to}");
         }
+    }
+
+    /// A ledger over colours 0 (the buffer) to 3 that knows where pages 0 to 11 are, and
+    /// a stack that puts the streams 3 and 4 on top: the squatters 0 (never hit), 1 and 2
+    /// (hit) are in the buffer; colour 1 holds the stack's pages 5 to 7 (and 3 and 4),
+    /// colour 2 pages 8 to 10, colour 3 page 11.
+    fn with_squatters() -> (PageLedger, MissRateStack) {
+        let entry = |page, hits, misses| StackEntry {
+            page: VirtPage(page),
+            hits,
+            misses,
+            miss_rate: misses as f64 / (hits + misses) as f64,
+        };
+        let mut entries = vec![entry(3, 0, 10), entry(4, 0, 10), entry(0, 0, 5)];
+        entries.extend([entry(1, 5, 5), entry(2, 8, 2)]);
+        entries.extend((5..12).map(|p| entry(p, 9, 1)));
+        let s = MissRateStack::from_entries(entries);
+        let mut l = PageLedger::new(100, vec![Colour(1), Colour(2), Colour(3)]);
+        let colour = |p: u64| match p {
+            0..=2 => 0,
+            3..=7 => 1,
+            8..=10 => 2,
+            _ => 3,
+        };
+        let pages: Vec<VirtPage> = (0..12).map(VirtPage).collect();
+        l.ask_colours(pages.clone());
+        let results = pages.iter().map(|p| Ok(Colour(colour(p.0)))).collect();
+        assert!(l.on_colours(&ColourReport { pages, results }, &[Colour(0)]));
+        (l, s)
+    }
+
+    fn migrations(actions: &[Action]) -> Vec<(Placement, Vec<u64>)> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Migrate { pages, to } => Some((*to, pages.iter().map(|p| p.0).collect())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn squatters_leave_for_the_colours_with_room_and_probes_move_only_those_that_hit() {
+        // A probe of the two streams moves out the squatters that hit, to colour 3, which
+        // holds one page staying outside where colours 1 and 2 hold three.
+        let (mut l, s) = with_squatters();
+        assert_eq!(l.moves_needed(&s, 2, &|_| true), 4);
+        let moves = l.moves_towards(&s, 2, &|_| true, false);
+        assert_eq!(moves.issued, 4);
+        assert_eq!(
+            migrations(&moves.actions),
+            vec![
+                (Placement::Ordinary(Colour(3)), vec![1, 2]),
+                (Placement::Pollute, vec![3, 4]),
+            ]
+        );
+        // Settled there, every squatter leaves: 0 and 1 fill colour 3 up to three pages,
+        // and 2 goes to colour 1, the lowest of the three that then hold as many.
+        let (mut l, s) = with_squatters();
+        let moves = l.moves_towards(&s, 2, &|_| true, true);
+        assert_eq!(
+            migrations(&moves.actions),
+            vec![
+                (Placement::Ordinary(Colour(1)), vec![2]),
+                (Placement::Ordinary(Colour(3)), vec![0, 1]),
+                (Placement::Pollute, vec![3, 4]),
+            ]
+        );
     }
 }

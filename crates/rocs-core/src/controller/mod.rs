@@ -316,6 +316,10 @@ impl Controller {
             return Err(KnobError::PageShift(page_shift));
         }
         let pollute = knobs.pollute_colours.resolve(colours)?;
+        let ordinary = (0..colours)
+            .map(Colour)
+            .filter(|c| !pollute.contains(c))
+            .collect();
         Ok(Controller {
             pid,
             pollute,
@@ -325,7 +329,7 @@ impl Controller {
             build: StackBuild::default(),
             search: None,
             remembered: VecDeque::new(),
-            pages: PageLedger::new(knobs.page_budget),
+            pages: PageLedger::new(knobs.page_budget, ordinary),
             promise: None,
             cycles_per_load_share: None,
             fruitless: 0,

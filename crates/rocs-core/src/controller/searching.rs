@@ -667,7 +667,7 @@ impl Controller {
             &colours,
             &self.pollute,
             self.colour_pages,
-            reused_loads(&self.build.stack),
+            self.build.stack.reused_loads(),
         );
         // Over-full colours are conflicts only when the stack would fit the ordinary
         // colours spread evenly; a stack larger than they hold misses for want of room.
@@ -1736,24 +1736,6 @@ fn sampled_loads(stack: &MissRateStack) -> u64 {
     stack.entries().iter().map(|e| e.hits + e.misses).sum()
 }
 
-/// The fewest sampled loads a page of `stack` needs to look reused: half the median of
-/// the pages that hit. A page of a reused array is loaded on every pass, as often as the
-/// array's pages that hit, even when its colour makes it miss every time; a stream's page
-/// is loaded on one pass only. `None` when no page hits: then nothing is reused.
-fn reused_loads(stack: &MissRateStack) -> Option<u64> {
-    let mut loads: Vec<u64> = stack
-        .entries()
-        .iter()
-        .filter(|e| e.hits > 0)
-        .map(|e| e.hits + e.misses)
-        .collect();
-    if loads.is_empty() {
-        return None;
-    }
-    loads.sort_unstable();
-    Some(loads[loads.len() / 2].div_ceil(2))
-}
-
 /// The pages of `stack` beyond what their colour holds (`per_colour` pages), on the
 /// ordinary colours (`colours` maps pages to their frames' colours; pages it does not name
 /// are left out): from each over-full colour, as many as it holds too many, those that
@@ -2001,10 +1983,10 @@ mod tests {
             entry(4, 9, 1),
             entry(5, 6, 6),
         ]);
-        assert_eq!(reused_loads(&s), Some(5));
+        assert_eq!(s.reused_loads(), Some(5));
         // A stack where nothing hits has nothing reused.
         let streams = MissRateStack::from_entries(vec![entry(1, 0, 9), entry(2, 0, 1)]);
-        assert_eq!(reused_loads(&streams), None);
+        assert_eq!(streams.reused_loads(), None);
     }
 
     #[test]

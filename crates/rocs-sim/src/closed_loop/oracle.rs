@@ -4,7 +4,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
-use rocs_core::{PageResult, Pid, Placement, Remapper, VirtPage};
+use rocs_core::geometry::spread_over_colours;
+use rocs_core::{Colour, PageResult, Pid, Placement, Remapper, VirtPage};
 
 use super::kept::{made_or_recalled, KeptRuns};
 use super::{
@@ -22,12 +23,19 @@ pub fn run_with_placements(
     points: &[ProfilePoint],
     ks: &[usize],
     step: u64,
-    pollute: &[rocs_core::Colour],
+    pollute: &[Colour],
 ) -> Result<RunStats, LoopError> {
     let mut m = make()?;
     m.set_pollute_colours(pollute)?;
+    let ordinary: Vec<Colour> = (0..m.llc_geometry().colours())
+        .map(Colour)
+        .filter(|c| !pollute.contains(c))
+        .collect();
     let mut next = 0;
     let mut confined: std::collections::HashMap<Pid, BTreeSet<VirtPage>> = Default::default();
+    // The pages each target's placements moved into the buffer (the others it counts as
+    // confined were put there by the allocator).
+    let mut moved_in: std::collections::HashMap<Pid, BTreeSet<VirtPage>> = Default::default();
     // The pages each target's last placement could not move to the buffer.
     let mut not_moved: std::collections::HashMap<Pid, usize> = Default::default();
     loop {
@@ -39,6 +47,7 @@ pub fn run_with_placements(
             }
             let want: BTreeSet<VirtPage> = p.stack.iter().take(ks[next]).copied().collect();
             let have = confined.entry(p.pid).or_default();
+            let ours = moved_in.entry(p.pid).or_default();
             // As the controller does: with k > 0 the buffer is reserved, and stack pages
             // the allocator put in the pollute colours count as confined, so that the ones
             // not wanted there move out; k = 0 leaves everything as it is.
@@ -53,17 +62,55 @@ pub fn run_with_placements(
             let restore: Vec<VirtPage> = have.difference(&want).copied().collect();
             let pollute: Vec<VirtPage> = want.difference(have).copied().collect();
             // A page whose move fails stays where it was (a full buffer, or not mapped).
+            // Pages moved in go back where they came from; the allocator's go where the
+            // controller sends them: to the colours that hold the fewest of the stack's
+            // pages staying outside (`spread_over_colours`).
             let mut now = want;
-            if !restore.is_empty() {
-                let moved = m.migrate(p.pid, &restore, Placement::Restore)?;
-                now.extend(failed(&restore, &moved));
+            let (back, out): (Vec<VirtPage>, Vec<VirtPage>) =
+                restore.into_iter().partition(|page| ours.contains(page));
+            let mut moves = Vec::new();
+            if !back.is_empty() {
+                moves.push((back, Placement::Restore));
+            }
+            if !out.is_empty() {
+                let colours = m.query(p.pid, &p.stack)?;
+                // The oracle knows the stack's order, not its hits: the pages below the
+                // top k count as reused.
+                let staying = p
+                    .stack
+                    .iter()
+                    .zip(colours)
+                    .filter(|(page, _)| !now.contains(page))
+                    .filter_map(|(_, c)| Some((c.ok()?, true)));
+                let leaving: Vec<(VirtPage, bool)> = out.iter().map(|p| (*p, true)).collect();
+                let spread = spread_over_colours(&ordinary, staying, &leaving);
+                moves.extend(
+                    spread
+                        .into_iter()
+                        .map(|(c, pages)| (pages, Placement::Ordinary(c))),
+                );
+            }
+            for (pages, to) in moves {
+                let moved = m.migrate(p.pid, &pages, to)?;
+                let kept = failed(&pages, &moved);
+                for page in &pages {
+                    if !kept.contains(page) {
+                        ours.remove(page);
+                    }
+                }
+                now.extend(kept);
             }
             let mut left_out = 0;
             if !pollute.is_empty() {
                 let moved = m.migrate(p.pid, &pollute, Placement::Pollute)?;
-                for page in failed(&pollute, &moved) {
-                    now.remove(&page);
-                    left_out += 1;
+                let kept = failed(&pollute, &moved);
+                for page in &pollute {
+                    if kept.contains(page) {
+                        now.remove(page);
+                        left_out += 1;
+                    } else {
+                        ours.insert(*page);
+                    }
                 }
             }
             not_moved.insert(p.pid, left_out);
