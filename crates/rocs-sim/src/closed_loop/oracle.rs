@@ -127,7 +127,7 @@ pub fn run_with_placements(
 }
 
 /// The pages of `pages` whose move failed.
-fn failed(pages: &[VirtPage], moved: &[PageResult]) -> Vec<VirtPage> {
+fn failed(pages: &[VirtPage], moved: &[PageResult]) -> BTreeSet<VirtPage> {
     pages
         .iter()
         .zip(moved)
