@@ -99,8 +99,9 @@ pub fn describe(kind: &EventKind, shown: &dyn Fn(Pid) -> Pid) -> (&'static str, 
                 "{} could not move to {}: {}",
                 count(*failed, "page", "pages"),
                 match to {
-                    Placement::Pollute => "the pollute buffer",
-                    Placement::Restore | Placement::Ordinary(_) => "the ordinary colours",
+                    Placement::Pollute => "the pollute buffer".to_string(),
+                    Placement::Restore => "the ordinary colours".to_string(),
+                    Placement::Ordinary(c) => format!("ordinary colour {}", c.0),
                 },
                 migration_error(*errno)
             ),
@@ -250,6 +251,7 @@ pub fn migration_error(errno: Errno) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rocs_core::Colour;
     use std::collections::BTreeMap;
 
     #[test]
@@ -360,6 +362,16 @@ mod tests {
         let (_, text) = describe(&failed(3, Errno::ENOMEM), &|p| p);
         assert!(text.starts_with("3 pages could not move"), "{text}");
         assert!(text.contains("ENOMEM (errno 12)") && text.contains("pollute_colours"));
+        let to_colour = EventKind::MigrationFailed {
+            to: Placement::Ordinary(Colour(7)),
+            failed: 2,
+            errno: Errno::EINVAL,
+        };
+        let (_, text) = describe(&to_colour, &|p| p);
+        assert!(
+            text.starts_with("2 pages could not move to ordinary colour 7: EINVAL"),
+            "{text}"
+        );
         // An errno without words of ours still has its name and the system's description.
         let (_, text) = describe(&failed(2, Errno(110)), &|p| p);
         assert!(
