@@ -68,7 +68,7 @@ pub(crate) struct PageLedger {
     /// that they miss there whatever else is confined, and a probe that leaves them
     /// measures nothing.
     probes_evict: bool,
-    /// The colours outside the pollute buffer.
+    /// The colours outside the pollute buffer (never none: the knobs keep one).
     ordinary: Vec<Colour>,
     /// The colour of each page's frame, as last reported (by a colour query or a move).
     colour_of: HashMap<VirtPage, Colour>,
@@ -276,18 +276,12 @@ impl PageLedger {
             .map(|p| (*p, reused.contains(p)))
             .collect();
         let spread = spread_over_colours(&self.ordinary, staying, &leaving);
-        let sent_somewhere = if spread.is_empty() {
-            squatters_out
-        } else {
-            Vec::new()
-        };
         let mut batches = vec![(restore_now, Placement::Restore)];
         batches.extend(
             spread
                 .into_iter()
                 .map(|(c, pages)| (pages, Placement::Ordinary(c))),
         );
-        batches.push((sent_somewhere, Placement::Restore));
         batches.push((pollute_now, Placement::Pollute));
         let mut actions = Vec::new();
         for (pages, to) in batches {

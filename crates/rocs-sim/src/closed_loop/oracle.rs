@@ -51,9 +51,9 @@ pub fn run_with_placements(
             // As the controller does: with k > 0 the buffer is reserved, and stack pages
             // the allocator put in the pollute colours count as confined, so that the ones
             // not wanted there move out; k = 0 leaves everything as it is.
+            let colours = m.query(p.pid, &p.stack)?;
             if !want.is_empty() {
-                let colours = m.query(p.pid, &p.stack)?;
-                for (page, c) in p.stack.iter().zip(colours) {
+                for (page, c) in p.stack.iter().zip(&colours) {
                     if c.is_ok_and(|c| pollute.contains(&c)) {
                         have.insert(*page);
                     }
@@ -73,13 +73,12 @@ pub fn run_with_placements(
                 moves.push((back, Placement::Restore));
             }
             if !out.is_empty() {
-                let colours = m.query(p.pid, &p.stack)?;
                 // The oracle knows the stack's order, not its hits: the pages below the
                 // top k count as reused.
                 let staying = p
                     .stack
                     .iter()
-                    .zip(colours)
+                    .zip(&colours)
                     .filter(|(page, _)| !now.contains(page))
                     .filter_map(|(_, c)| Some((c.ok()?, true)));
                 let leaving: Vec<(VirtPage, bool)> = out.iter().map(|p| (*p, true)).collect();
