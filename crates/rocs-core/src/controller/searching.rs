@@ -314,9 +314,10 @@ impl Controller {
         if scored {
             search.judged_by_group();
         }
+        let streaming = self.streaming_top();
+        search.set_streaming_top(streaming);
         // A long stack's pages that only stream are what confining it is for.
         if self.stack_takes_long_to_place() {
-            let streaming = self.streaming_top();
             if streaming > 0 {
                 search.probe_streaming_top(streaming);
             }

@@ -372,6 +372,16 @@ impl Search {
         }
     }
 
+    /// The top `k` pages of the stack only stream: a first probe among them that reads
+    /// below k = 0 goes on to the next coarse point instead of ending the pass (what it
+    /// cost is the buffer's squatters moved out, not hits of its own). Adaptive search
+    /// only.
+    pub fn set_streaming_top(&mut self, k: usize) {
+        if let Some(a) = self.adaptive.as_mut() {
+            a.set_streaming_top(k);
+        }
+    }
+
     /// Search only the top `k` pages of the stack, measuring all `k` first: the rest of
     /// the stack promises nothing (a search for the pages that over-fill their colours,
     /// in a profile whose rates promise no gain). Adaptive search only.
@@ -1287,6 +1297,35 @@ mod tests {
         let (_, probed) = run_logged(s, |k, _| 1.0 + k as f64 * 1e-4);
         let first: Vec<usize> = probed.iter().copied().filter(|&k| k > 0).take(3).collect();
         assert_eq!(first, [100, 200, 300], "probed {probed:?}");
+    }
+
+    #[test]
+    fn a_first_probe_of_pages_that_only_stream_does_not_end_the_pass_below_k0() {
+        // random.md's bea8881e: the top 87 of 236 pages only stream; confining them costs
+        // the squatters moved out of the buffer (5%), and confining the random region
+        // below them too is what frees the cache (+40% at 175).
+        let boundaries = vec![87, 123, 175, 186];
+        let f = |k: usize| match k {
+            0 => 1.0,
+            1..=87 => 0.95,
+            88..=175 => 0.95 + (k - 87) as f64 * 0.005,
+            _ => 0.5,
+        };
+        let knobs = Knobs::default();
+        let mut s = Search::new(&knobs, 236, boundaries.clone());
+        s.set_streaming_top(87);
+        let (k, probed) = run_logged(s, |k, _| f(k));
+        assert!((123..=186).contains(&k), "chose {k}, probed {probed:?}");
+        // Pages that hit at the top: the first point below k = 0 ends the pass.
+        let (k, probed) = run_logged(Search::new(&knobs, 236, boundaries.clone()), |k, _| f(k));
+        assert_eq!(k, 0, "probed {probed:?}");
+        assert!(probed.iter().all(|&k| k <= 87), "probed {probed:?}");
+        // A second point below k = 0 ends it too, streaming or not.
+        let mut s = Search::new(&knobs, 236, boundaries);
+        s.set_streaming_top(236);
+        let (k, probed) = run_logged(s, |k, _| if k == 0 { 1.0 } else { 0.95 - k as f64 * 1e-4 });
+        assert_eq!(k, 0);
+        assert!(probed.iter().all(|&k| k <= 123), "probed {probed:?}");
     }
 
     #[test]
