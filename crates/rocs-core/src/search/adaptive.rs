@@ -545,10 +545,11 @@ impl AdaptiveSearch {
             .is_some_and(|k0| ipc < k0 - self.margin(m, k, 0));
         // A first point that confines only pages that (nearly) only miss loses (almost) no
         // hits of its own: what it costs is mostly the buffer's squatters moved out, which
-        // every placement pays and the reused pages further down may repay. random.md's bea8881e (alone on
-        // tiny): the 87 pages its stream's profile saw had passed by, and their probe read
-        // 5% below k = 0 for the squatters it moved out (as fast as k = 0 with them left
-        // in); 175 pages, the random region below them too, made it 1.40 times as fast.
+        // every placement pays and the reused pages further down may repay. random.md's
+        // bea8881e (alone on tiny): the 87 pages its stream's profile saw had passed by,
+        // and their probe read 5% below k = 0 for the squatters it moved out (as fast as
+        // k = 0 with them left in); 175 pages, the random region below them too, made it
+        // 1.40 times as fast.
         let streams_only =
             i == 0 && best == 0 && k <= self.streaming_top && i + 1 < self.coarse.len();
         if (past_peak || below_trend) && streams_only {
