@@ -83,7 +83,8 @@ struct OwnWindow {
 }
 
 /// Why a search that had found nothing was told to conclude: what it had cost and what
-/// its next probe's moves would have added, in cycles, and the bound that sum went over.
+/// its next probe's moves (a retry's: there and back) would have added, in cycles, and the
+/// bound that sum went over.
 #[derive(Clone, Copy, Debug)]
 struct Overspent {
     cost: f64,
@@ -1145,17 +1146,26 @@ impl Controller {
         // it (bzip2's real trace on ppc970fx, padded 4500 bytes: a retry searched 10 windows
         // and moved 66 pages, 0.9874 of off). Its first probe is the least a retry is, and
         // a search that moved its buffer's squatters out at k = 0 has not yet probed.
+        // A retry that finds nothing moves the probe's pages back: those moves are counted
+        // before the probe too (counted after, a retry probed its whole stack and left what
+        // fruitless attempts cost over the share).
         let probed = search.measurements().iter().any(|(k, _, _)| k > 0);
+        let back = self.build.stack.top(k).count() as f64 * self.knobs.migration_cost_cycles as f64;
         let retry_over_share = probed
             && !self.spending.retry_affords(
                 self.knobs.overhead_budget,
-                moves,
+                moves + back,
                 self.sharers_spending,
             );
         let cost = match self.over_what_it_could_win(moves) {
             Some(cost) => cost,
             None if retry_over_share => self.spending.attempt_cost() + moves,
             None => return next,
+        };
+        let next_moves = if retry_over_share {
+            moves + back
+        } else {
+            moves
         };
         let measured = self
             .search
@@ -1164,7 +1174,7 @@ impl Controller {
         let run = self.run_mut().expect("searching");
         run.overspent = Some(Overspent {
             cost: cost - moves,
-            next_moves: moves,
+            next_moves,
             retry_share: retry_over_share,
         });
         run.refused_unmeasured = !measured;
@@ -1275,8 +1285,13 @@ impl Controller {
                     "was cut short, and its confirmation kept the best point measured"
                 };
                 let next = if over.next_moves > 0.0 {
+                    let moves = if over.retry_share {
+                        "moves, there and back,"
+                    } else {
+                        "moves"
+                    };
                     format!(
-                        ", and its next probe's moves would have added {:.2} M: together",
+                        ", and its next probe's {moves} would have added {:.2} M: together",
                         over.next_moves / 1e6
                     )
                 } else {
