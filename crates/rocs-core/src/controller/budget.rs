@@ -226,6 +226,16 @@ impl Spending {
         self.found_nothing.is_none() || all.fits(share(budget, &all), spent + next)
     }
 
+    /// The cycles a retry after an attempt that found nothing may still spend within the
+    /// share [`Spending::affords`] allows (none if it is past it); `None` for any other
+    /// attempt.
+    pub fn retry_room(&self, budget: f64, sharers: SharedSpending) -> Option<f64> {
+        self.found_nothing?;
+        let all = self.shared() + sharers;
+        let allowed = share(budget, &all) * all.cycles_seen as f64;
+        Some((allowed - all.fruitless_cycles - self.attempt_cost()).max(0.0))
+    }
+
     /// What the attempt in progress has cost so far (nothing if none is).
     pub fn attempt_cost(&self) -> f64 {
         self.attempt.unwrap_or(0.0)
@@ -386,6 +396,29 @@ mod tests {
             ..sharer
         };
         assert!(!fresh.affords_attempt(0.01, 0.0, spent));
+    }
+
+    #[test]
+    fn a_retry_has_room_for_what_keeps_fruitless_attempts_within_the_share() {
+        let mut s = Spending::default();
+        s.window(100_000);
+        assert_eq!(
+            s.retry_room(0.01, NONE),
+            None,
+            "no attempt found nothing yet"
+        );
+        s.start();
+        s.spent(500.0);
+        s.end(false);
+        // 1% of 100,000 cycles, less the 500 the first attempt cost.
+        assert_eq!(s.retry_room(0.01, NONE), Some(500.0));
+        s.start();
+        s.spent(300.0);
+        assert_eq!(s.retry_room(0.01, NONE), Some(200.0));
+        s.spent(300.0);
+        assert_eq!(s.retry_room(0.01, NONE), Some(0.0), "past the share: none");
+        s.new_mix();
+        assert_eq!(s.retry_room(0.01, NONE), None, "another mix: no retry");
     }
 
     #[test]

@@ -320,6 +320,14 @@ impl AdaptiveSearch {
         self.tolerance = k.div_ceil(16).max(1);
     }
 
+    /// See [`super::Search::cap_first_probe`].
+    pub fn cap_first_probe(&mut self, pages: usize) {
+        let pages = pages.max(1);
+        if self.coarse.first().is_some_and(|&k| k > pages) {
+            self.coarse.insert(0, pages);
+        }
+    }
+
     /// See [`super::Search::take_check`].
     pub fn take_check(&mut self) -> Option<GainCheck> {
         self.check.take()

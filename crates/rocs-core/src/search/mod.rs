@@ -382,6 +382,14 @@ impl Search {
         }
     }
 
+    /// Make the first probe at most `pages` pages (at least one), by a cheaper coarse
+    /// point before the first: what a retry can still afford. Adaptive search only.
+    pub fn cap_first_probe(&mut self, pages: usize) {
+        if let Some(a) = self.adaptive.as_mut() {
+            a.cap_first_probe(pages);
+        }
+    }
+
     /// Search only the top `k` pages of the stack, measuring all `k` first: the rest of
     /// the stack promises nothing (a search for the pages that over-fill their colours,
     /// in a profile whose rates promise no gain). Adaptive search only.
@@ -928,6 +936,25 @@ mod tests {
             ..Knobs::default()
         };
         assert_eq!(first_probe(&old), Some(17_183usize.div_ceil(8)));
+    }
+
+    #[test]
+    fn a_capped_first_probe_moves_no_more_pages_than_the_cap_and_at_least_one() {
+        // 64 pages and no regions: the first probe is an eighth of the stack.
+        let s = || Search::new(&Knobs::default(), 64, vec![]);
+        assert_eq!(first_probe(s(), |_, _| 1.0), Some(8));
+        let capped = |pages| {
+            let mut s = s();
+            s.cap_first_probe(pages);
+            first_probe(s, |_, _| 1.0)
+        };
+        assert_eq!(capped(3), Some(3));
+        assert_eq!(capped(0), Some(1));
+        assert_eq!(
+            capped(100),
+            Some(8),
+            "a cap above the first probe changes nothing"
+        );
     }
 
     #[test]
