@@ -776,6 +776,48 @@ fn a_placement_chosen_for_a_sharer_goes_back_when_the_sharer_exits() {
     assert!(said, "{:?}", d.events[&1]);
 }
 
+#[test]
+fn a_placement_for_a_sharer_that_the_budget_cannot_move_back_goes_back_in_part() {
+    // As above, but target 2 gains the more the more of target 1's pages are confined,
+    // each page move costs a tenth of a window, and the budget's share has room for few:
+    // only the last of the placement go back, at least 32 of its pages, and the target is
+    // observed afresh with the rest still confined.
+    let ipc = |pid: Pid, m: &FakeMachine| {
+        let confined = m.confined.get(&1).map_or(0, |c| c.len()) as f64;
+        match (pid, m.confining(1), m.first.len() > 1) {
+            (1, _, true) => 0.5,
+            (1, true, false) => 0.4,
+            (1, false, false) => 0.6,
+            _ => 0.2 + 0.004 * confined,
+        }
+    };
+    let mut d = searched_by_the_streamer_with(ipc, |k| k.migration_cost_cycles = 100_000);
+    let confined = d.machine.confined.get(&1).map_or(0, |c| c.len());
+    assert!(confined > 32, "{confined} confined: {:?}", d.events[&1]);
+    assert_eq!(d.state(1), State::Steady);
+    let mut out = Vec::new();
+    d.driver.exited(&mut d.engine, &mut d.machine, 2, &mut out);
+    d.note(out);
+    d.machine.first.remove(&2);
+    for _ in 0..5 {
+        d.window();
+        if d.state(1) == State::Observe {
+            break;
+        }
+    }
+    assert_eq!(d.state(1), State::Observe, "{:?}", d.events[&1]);
+    let left = d.machine.confined.get(&1).map_or(0, |c| c.len());
+    assert!(
+        left > 0 && left <= confined - 32,
+        "{left} of {confined} left"
+    );
+    let said = d.events[&1].iter().any(|e| {
+        matches!(e, EventKind::Transition { from: State::Steady, to: State::Search, reason }
+            if reason.contains(&format!("{} of its {confined} pages go back", confined - left)))
+    });
+    assert!(said, "{:?}", d.events[&1]);
+}
+
 /// Confining target 1 gains it 60% beside target 2, and costs it a third alone (a random
 /// tenant kept 5 pages that had paid 11% beside its sharer, and ran at half its pace with
 /// them once alone: its phase detector learnt the new mix's pace as normal).
