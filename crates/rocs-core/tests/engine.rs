@@ -742,6 +742,20 @@ fn a_search_whose_sharer_exits_moves_its_pages_back_and_observes_afresh() {
     );
 }
 
+/// Target 2 exits; target 1 runs (up to five windows) until it observes afresh.
+fn target_2_exits_and_target_1_is_watched_until_observed(d: &mut Domain) {
+    let mut out = Vec::new();
+    d.driver.exited(&mut d.engine, &mut d.machine, 2, &mut out);
+    d.note(out);
+    d.machine.first.remove(&2);
+    for _ in 0..5 {
+        d.window();
+        if d.state(1) == State::Observe {
+            break;
+        }
+    }
+}
+
 #[test]
 fn a_placement_chosen_for_a_sharer_goes_back_when_the_sharer_exits() {
     // Confining target 1 doubles target 2's pace and costs target 1 nothing while 2 runs;
@@ -756,16 +770,7 @@ fn a_placement_chosen_for_a_sharer_goes_back_when_the_sharer_exits() {
     let mut d = searched_by_the_streamer(ipc, false);
     assert!(d.machine.confining(1), "{:?}", d.events[&1]);
     assert_eq!(d.state(1), State::Steady);
-    let mut out = Vec::new();
-    d.driver.exited(&mut d.engine, &mut d.machine, 2, &mut out);
-    d.note(out);
-    d.machine.first.remove(&2);
-    for _ in 0..5 {
-        d.window();
-        if d.state(1) == State::Observe {
-            break;
-        }
-    }
+    target_2_exits_and_target_1_is_watched_until_observed(&mut d);
     // Observed afresh with every page back (a new search alone may confine again later).
     assert_eq!(d.state(1), State::Observe, "{:?}", d.events[&1]);
     assert!(!d.machine.confining(1), "{:?}", d.events[&1]);
@@ -795,16 +800,7 @@ fn a_placement_for_a_sharer_that_the_budget_cannot_move_back_goes_back_in_part()
     let confined = d.machine.confined.get(&1).map_or(0, |c| c.len());
     assert!(confined > 32, "{confined} confined: {:?}", d.events[&1]);
     assert_eq!(d.state(1), State::Steady);
-    let mut out = Vec::new();
-    d.driver.exited(&mut d.engine, &mut d.machine, 2, &mut out);
-    d.note(out);
-    d.machine.first.remove(&2);
-    for _ in 0..5 {
-        d.window();
-        if d.state(1) == State::Observe {
-            break;
-        }
-    }
+    target_2_exits_and_target_1_is_watched_until_observed(&mut d);
     assert_eq!(d.state(1), State::Observe, "{:?}", d.events[&1]);
     let left = d.machine.confined.get(&1).map_or(0, |c| c.len());
     assert!(
