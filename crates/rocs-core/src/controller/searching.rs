@@ -521,19 +521,19 @@ impl Controller {
         let gone = pids(&std::mem::take(&mut self.beneficiaries));
         let k = self.placed.as_ref().map_or(0, |(k, _)| *k);
         let back = self.pages_back_affordable(k);
-        if back < k {
-            let reason = format!(
+        let reason = if back < k {
+            format!(
                 "the targets this placement was chosen for ({gone}) no longer run: {back} of \
                  its {k} pages go back, the last of it (the budget's share has room for no \
                  more), and the target is observed afresh"
-            );
-            self.move_back_and_observe_from(k - back, reason, out);
-            return;
-        }
-        let reason = format!(
-            "the targets this placement was chosen for ({gone}) no longer run: its pages go back"
-        );
-        self.move_back_and_observe(reason, out);
+            )
+        } else {
+            format!(
+                "the targets this placement was chosen for ({gone}) no longer run: its pages \
+                 go back"
+            )
+        };
+        self.move_back_and_observe_from(k - back, reason, out);
     }
 
     /// How many of a placement's `k` pages the budget's share has room to move back: all,
