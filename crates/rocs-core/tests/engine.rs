@@ -37,6 +37,9 @@ struct FakeMachine {
     /// Pages a target's samples spread over, ten samples each a window: the first half
     /// miss on every load, the rest on a third of them.
     pages: u64,
+    /// A target that enters a phase of ten times its LLC references once any page has
+    /// moved.
+    new_phase_at_first_move: Option<Pid>,
 }
 
 impl FakeMachine {
@@ -52,6 +55,7 @@ impl FakeMachine {
             stream_only: BTreeSet::new(),
             instructions_per_reference: 20,
             pages: 64,
+            new_phase_at_first_move: None,
         }
     }
 
@@ -97,7 +101,12 @@ impl Counters for FakeMachine {
     type Error = Infallible;
     fn read(&mut self, pid: Pid) -> Result<CounterDelta, Infallible> {
         let mut d = delta((self.ipc)(pid, self));
-        d.llc_references = d.instructions / self.instructions_per_reference;
+        let new_phase = self.new_phase_at_first_move == Some(pid) && !self.moved_at.is_empty();
+        let per_reference = match new_phase {
+            true => self.instructions_per_reference / 10,
+            false => self.instructions_per_reference,
+        };
+        d.llc_references = d.instructions / per_reference;
         d.llc_misses = d.llc_references / 2;
         Ok(d)
     }
@@ -478,6 +487,43 @@ fn a_neighbour_whose_phase_changed_as_the_turn_began_is_judged_from_k0() {
         _ => false,
     });
     assert!(paid, "{:?}", d.events[&1]);
+}
+
+#[test]
+fn a_probe_that_a_sharer_in_a_new_phase_pays_for_is_judged_in_that_phase() {
+    // The neighbour enters a phase of ten times its LLC references as the streamer's first
+    // probe moves pages, and runs there at 0.3, and at 0.2 (a third slower, past its 5%
+    // bound) while the streamer is confined, which gains the streamer 20%. Against its
+    // k = 0 of the phase before (0.5) it ran 60% slower, in another phase, and counted at
+    // pace 1: the search kept the streamer confined.
+    let ipc = |pid: Pid, m: &FakeMachine| match (pid, m.confining(1)) {
+        (1, false) => 0.5,
+        (1, true) => 0.6,
+        _ if m.moved_at.is_empty() => 0.5,
+        (_, true) => 0.2,
+        (_, false) => 0.3,
+    };
+    let mut machine = FakeMachine::new(&[(1, 0x1000), (2, 0x2000)], ipc);
+    machine.new_phase_at_first_move = Some(2);
+    let mut d = Domain::new(machine);
+    for _ in 0..80 {
+        d.window();
+    }
+    let chosen = chosen(&d, 1);
+    assert!(
+        chosen.iter().all(|&k| k == 0),
+        "chose {chosen:?}: {:?}",
+        d.events[&1]
+    );
+    assert!(!d.machine.confining(1));
+    // The probe was measured again, the neighbour counted at its pace in its phase.
+    let judged_in_phase = d.events[&1].iter().any(|e| match e {
+        EventKind::SearchStep { k, sharers, .. } if *k > 0 => sharers
+            .iter()
+            .any(|s| s.pid == 2 && !s.other_phase && (s.pace - 2.0 / 3.0).abs() < 1e-9),
+        _ => false,
+    });
+    assert!(judged_in_phase, "{:?}", d.events[&1]);
 }
 
 #[test]

@@ -66,7 +66,8 @@ impl GroupJudge {
     /// them.
     ///
     /// A member's pace is its mean IPC over those windows over its IPC at k = 0: the mean
-    /// of the search's k = 0 measurements so far. Measured against k = 0 of the same
+    /// of the search's k = 0 measurements so far in the member's current phase (a k = 0
+    /// measurement of another phase, see [`OTHER_PHASE`], starts its reference afresh). Measured against k = 0 of the same
     /// search, a member whose own phase changed after the turn began is not taken for one
     /// the placement slowed (a reference taken once, when the turn began, had a phased
     /// neighbour at a tenth of its pace at every k, and the search chased its phases).
@@ -94,6 +95,17 @@ impl GroupJudge {
             let e = measured.entry(m.pid).or_insert((Reference::default(), *m));
             e.0.ipc.add(m.ipc);
             e.0.llc_apki.add(m.llc_apki);
+        }
+        if k == 0 {
+            // A member whose LLC references left its k = 0 rate runs another phase: its
+            // k = 0 reference is taken afresh, in the phase it runs now.
+            self.at_zero.retain(|pid, z| {
+                let now = measured.get(pid).and_then(|(here, _)| here.llc_apki.get());
+                !z.llc_apki
+                    .get()
+                    .zip(now)
+                    .is_some_and(|(was, now)| (now - was).abs() > OTHER_PHASE * was.max(MPKI_FLOOR))
+            });
         }
         let mut paces = Vec::new();
         let mut counted = Vec::new();

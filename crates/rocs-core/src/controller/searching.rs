@@ -99,6 +99,19 @@ struct Overspent {
     retry_share: bool,
 }
 
+/// A probe measured again because a sharer that had changed phase seemed to pay for it
+/// (see `Controller::search_window`): k = 0 first, which takes the sharer's reference in
+/// its new phase, then the probe, judged against it.
+#[derive(Clone, Copy, Debug)]
+enum Rejudge {
+    /// k = 0 is measured next, then the probe `k`.
+    Zero { k: usize },
+    /// The probe `k` is measured next.
+    Probe { k: usize },
+    /// The probe has been measured again: the search goes on.
+    Done,
+}
+
 /// What a search in progress needs besides the [`Search`] itself.
 #[derive(Clone, Debug, Default)]
 pub(super) struct SearchRun {
@@ -180,6 +193,10 @@ pub(super) struct SearchRun {
     abandoned: Option<&'static str>,
     /// The search measures a kept placement against k = 0 again.
     reverifying: bool,
+    /// A probe being measured again against k = 0 taken in a sharer's new phase.
+    rejudge: Option<Rejudge>,
+    /// A probe has been measured again so: once an attempt.
+    rejudged: bool,
 }
 
 impl SearchRun {
@@ -958,16 +975,24 @@ impl Controller {
         let mut value = ipc;
         let mut sharers = Vec::new();
         let mut own_past_floor = false;
+        let mut paid_in_another_phase = false;
         if run.judged_by_group {
             let Some(members) = group else {
                 return;
             };
             let own_floor = members.iter().find(|m| m.pid == pid).and_then(|m| m.floor);
+            let floors: BTreeMap<Pid, f64> = members
+                .iter()
+                .filter_map(|m| m.floor.map(|f| (m.pid, f)))
+                .collect();
             if !run.group.window(members) {
                 return;
             }
             match run.group.judge(k, pid) {
                 Some((score, paces)) => {
+                    paid_in_another_phase = paces
+                        .iter()
+                        .any(|p| p.other_phase && floors.get(&p.pid).is_some_and(|&f| p.pace < f));
                     own_past_floor = k > 0
                         && paces
                             .iter()
@@ -1043,6 +1068,18 @@ impl Controller {
                 s.conclude();
             }
         }
+        // A sharer slower past its floor at a probe, but in another phase than at k = 0,
+        // counts at pace 1: whether the placement or its phase slowed it, k = 0 measured
+        // in that phase tells. Measured again against it, the probe is judged by what it
+        // costs the sharer now. random.md's tiny-53d666ed: t1 entered a phase of ten
+        // times its LLC references as t0's first probe began, ran 64-73% slower at every
+        // probe there, uncounted, and t0 kept 76 pages; t1 ended at 0.801 of off.
+        if let Some(run) = self.run_mut().filter(|_| k > 0 && paid_in_another_phase) {
+            if !run.rejudged && run.rejudge.is_none() {
+                run.rejudged = true;
+                run.rejudge = Some(Rejudge::Zero { k });
+            }
+        }
         let step = EventKind::SearchStep {
             k,
             ipc,
@@ -1096,6 +1133,9 @@ impl Controller {
 
     /// Decide what the next window is for, and start the moves it needs.
     fn search_step(&mut self, out: &mut Vec<Action>) {
+        if self.rejudge_step(out) {
+            return;
+        }
         let (Some(search), Stage::Search(run)) = (self.search.as_mut(), &self.stage) else {
             return;
         };
@@ -1126,38 +1166,72 @@ impl Controller {
             }
         };
         match next {
-            Next::Measure(k) => {
-                let moved_before = self.stats.windows;
-                let complete = self.move_towards(k, false, out);
-                let run = self.run_mut().expect("searching");
-                run.placing = (!complete).then_some(k);
-                if complete {
-                    let (settle, cost) =
-                        (self.knobs.settle_windows, self.knobs.migration_cost_cycles);
-                    let long_placement_pass = if self.stack_takes_long_to_place() {
-                        self.loop_pass_cycles()
-                    } else {
-                        None
-                    };
-                    let run = self.run_mut().expect("searching");
-                    run.measuring = Some(k);
-                    let pass = run.loop_pass.filter(|&(fit, _)| fit == k).map(|(_, c)| c);
-                    // Settle after any move that made up this placement, the last batch
-                    // included; a loop fit for its moves' cycles and then a pass of its
-                    // loop: the program does not run while its pages move, so a pass
-                    // counted from the move's start can end before the loop has come
-                    // round (random.md's run 117 at the machine's costs: its loop fit,
-                    // measured again after 85 pages came back from a larger probe, read
-                    // MPKI 45 against 18 the first time and was dropped).
-                    if run.moved_at == Some(moved_before) {
-                        run.settle_left = settle;
-                        run.settle_cycles = run.moved_pages as u64 * cost + pass.unwrap_or(0);
-                    }
-                    run.measure_cycles_left = pass.or(long_placement_pass).unwrap_or(0);
-                    run.pass_sum = CounterDelta::default();
-                }
-            }
+            Next::Measure(k) => self.measure(k, out),
             Next::Done(k) => self.search_done(k, out),
+        }
+    }
+
+    /// The next step of a probe measured again ([`Rejudge`]), if one is under way and the
+    /// search has not ended: whether it took the window.
+    fn rejudge_step(&mut self, out: &mut Vec<Action>) -> bool {
+        let Some(run) = self.run_mut().filter(|r| r.final_k.is_none()) else {
+            return false;
+        };
+        let Some(rejudge) = run.rejudge else {
+            return false;
+        };
+        if let Some(k) = run.placing {
+            self.measure(k, out);
+            return true;
+        }
+        let k = match rejudge {
+            Rejudge::Zero { k } => {
+                run.rejudge = Some(Rejudge::Probe { k });
+                0
+            }
+            Rejudge::Probe { k } => {
+                run.rejudge = Some(Rejudge::Done);
+                k
+            }
+            Rejudge::Done => {
+                run.rejudge = None;
+                return false;
+            }
+        };
+        self.measure(k, out);
+        true
+    }
+
+    /// Move towards placement `k`, and once it is complete, measure it (after the windows
+    /// its moves take to settle).
+    fn measure(&mut self, k: usize, out: &mut Vec<Action>) {
+        let moved_before = self.stats.windows;
+        let complete = self.move_towards(k, false, out);
+        let run = self.run_mut().expect("searching");
+        run.placing = (!complete).then_some(k);
+        if complete {
+            let (settle, cost) = (self.knobs.settle_windows, self.knobs.migration_cost_cycles);
+            let long_placement_pass = if self.stack_takes_long_to_place() {
+                self.loop_pass_cycles()
+            } else {
+                None
+            };
+            let run = self.run_mut().expect("searching");
+            run.measuring = Some(k);
+            let pass = run.loop_pass.filter(|&(fit, _)| fit == k).map(|(_, c)| c);
+            // Settle after any move that made up this placement, the last batch
+            // included; a loop fit for its moves' cycles and then a pass of its
+            // loop: the program does not run while its pages move, so a pass
+            // counted from the move's start can end before the loop has come
+            // round (random.md's run 117 at the machine's costs: its loop fit,
+            // measured again after 85 pages came back from a larger probe, read
+            // MPKI 45 against 18 the first time and was dropped).
+            if run.moved_at == Some(moved_before) {
+                run.settle_left = settle;
+                run.settle_cycles = run.moved_pages as u64 * cost + pass.unwrap_or(0);
+            }
+            run.measure_cycles_left = pass.or(long_placement_pass).unwrap_or(0);
+            run.pass_sum = CounterDelta::default();
         }
     }
 
