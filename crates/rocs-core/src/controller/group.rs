@@ -97,14 +97,15 @@ impl GroupJudge {
             e.0.llc_apki.add(m.llc_apki);
         }
         if k == 0 {
-            // A member whose LLC references left its k = 0 rate runs another phase: its
-            // k = 0 reference is taken afresh, in the phase it runs now.
-            self.at_zero.retain(|pid, z| {
-                let now = measured.get(pid).and_then(|(here, _)| here.llc_apki.get());
-                !z.llc_apki
-                    .get()
-                    .zip(now)
-                    .is_some_and(|(was, now)| (now - was).abs() > OTHER_PHASE * was.max(MPKI_FLOOR))
+            // A sharer whose LLC references left its k = 0 rate runs another phase: its
+            // k = 0 reference is taken afresh, in the phase it runs now. (The searcher's
+            // own phase is its search's to see: see `Controller::search_window`.)
+            self.at_zero.retain(|&pid, z| {
+                let now = measured.get(&pid).and_then(|(here, _)| here.llc_apki.get());
+                let left = z.llc_apki.get().zip(now).is_some_and(|(was, now)| {
+                    (now - was).abs() > OTHER_PHASE * was.max(MPKI_FLOOR)
+                });
+                pid == searcher || !left
             });
         }
         let mut paces = Vec::new();
