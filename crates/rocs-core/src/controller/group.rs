@@ -66,7 +66,7 @@ impl GroupJudge {
     /// them.
     ///
     /// A member's pace is its mean IPC over those windows over its IPC at k = 0: the mean
-    /// of the search's k = 0 measurements so far in the member's current phase (a k = 0
+    /// of the search's k = 0 measurements so far (a sharer's in its current phase: a k = 0
     /// measurement of another phase, see [`OTHER_PHASE`], starts its reference afresh). Measured against k = 0 of the same
     /// search, a member whose own phase changed after the turn began is not taken for one
     /// the placement slowed (a reference taken once, when the turn began, had a phased
