@@ -21,6 +21,12 @@ const MEASURE_WINDOWS: usize = 2;
 /// its pace; phases moved it by 14% and by 99% while its IPC rose 7- and 10-fold.
 const OTHER_PHASE: f64 = 0.10;
 
+/// Whether LLC references per kilo-instruction at `now` are of another phase than at `was`
+/// (see [`OTHER_PHASE`]).
+fn other_phase(was: f64, now: f64) -> bool {
+    (now - was).abs() > OTHER_PHASE * was.max(MPKI_FLOOR)
+}
+
 /// A mean kept as a sum and a count.
 #[derive(Clone, Copy, Debug, Default)]
 struct Mean {
@@ -67,8 +73,8 @@ impl GroupJudge {
     ///
     /// A member's pace is its mean IPC over those windows over its IPC at k = 0: the mean
     /// of the search's k = 0 measurements so far (a sharer's in its current phase: a k = 0
-    /// measurement of another phase, see [`OTHER_PHASE`], starts its reference afresh). Measured against k = 0 of the same
-    /// search, a member whose own phase changed after the turn began is not taken for one
+    /// measurement of another phase, see [`OTHER_PHASE`], starts its reference afresh).
+    /// Measured against k = 0 of the same search, a member whose own phase changed after the turn began is not taken for one
     /// the placement slowed (a reference taken once, when the turn began, had a phased
     /// neighbour at a tenth of its pace at every k, and the search chased its phases).
     /// Before any k = 0 measurement, a k = 0 placement is its own reference (pace 1) and
@@ -102,9 +108,11 @@ impl GroupJudge {
             // own phase is its search's to see: see `Controller::search_window`.)
             self.at_zero.retain(|&pid, z| {
                 let now = measured.get(&pid).and_then(|(here, _)| here.llc_apki.get());
-                let left = z.llc_apki.get().zip(now).is_some_and(|(was, now)| {
-                    (now - was).abs() > OTHER_PHASE * was.max(MPKI_FLOOR)
-                });
+                let left = z
+                    .llc_apki
+                    .get()
+                    .zip(now)
+                    .is_some_and(|(was, now)| other_phase(was, now));
                 pid == searcher || !left
             });
         }
@@ -128,7 +136,7 @@ impl GroupJudge {
                 && k > 0
                 && zero
                     .and_then(|z| z.llc_apki.get())
-                    .is_some_and(|z| (apki - z).abs() > OTHER_PHASE * z.max(MPKI_FLOOR));
+                    .is_some_and(|z| other_phase(z, apki));
             paces.push(SharerPace {
                 pid,
                 pace,
