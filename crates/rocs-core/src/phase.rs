@@ -94,24 +94,6 @@ impl PhaseDetector {
         *self = PhaseDetector::new(self.band, self.windows);
     }
 
-    /// Keep the reference through windows that are not judged (another target of the LLC
-    /// moves pages), and judge the windows after them against it. Forgetting it instead
-    /// missed a phase the program entered meanwhile: a tenant whose phase change came as
-    /// its sharer's search began learnt the new phase as its reference and ran 35% slower
-    /// in it, under its last phase's 70 confined pages, for 43 windows (random.md's
-    /// tiny-50a39f0b at the window's costs, its t2 0.934 of off). A window better than
-    /// the reference counts towards a change too, though the other target's placement
-    /// may have made it: learning such windows as a reference afresh instead moved 1 of
-    /// 1,000 random runs up and 6 down (`random_seeds.py` at the window's costs).
-    pub fn hold(&mut self) {
-        if self.reference().is_none() {
-            self.reset();
-            return;
-        }
-        self.strikes = 0;
-        self.last_outside = None;
-    }
-
     /// Learn the reference from `windows` (IPC, MPKI) measured before, when there are at
     /// least two: the placement a search kept was measured in its windows, and the first
     /// windows after it may already be a new phase (a tenant whose program changed phase
@@ -447,40 +429,5 @@ mod tests {
         let mut one = PhaseDetector::new(0.15, 2);
         one.learn(&[(0.390, 2.2)]);
         assert_eq!(one.observe(0.392, 1.9), PhaseVerdict::Learning);
-    }
-
-    #[test]
-    fn a_phase_entered_while_another_target_moved_pages_is_seen_after_it() {
-        // random.md's tiny-50a39f0b at the window's costs: t2 in Steady with 70 pages
-        // confined, then its sharer's profile and search (t2's windows not judged), during
-        // which t2 entered a phase 35% slower under that placement.
-        let kept = [(0.0305, 187.9), (0.0301, 190.7)];
-        let steady = [(0.0301, 190.0), (0.0302, 189.8), (0.0304, 188.6)];
-        let after = [(0.0105, 587.2), (0.0108, 573.4)];
-        let mut held = PhaseDetector::new(0.15, 2);
-        held.learn(&kept);
-        for (ipc, mpki) in steady {
-            assert_eq!(held.observe(ipc, mpki), PhaseVerdict::Within);
-        }
-        for _ in 0..18 {
-            held.hold();
-        }
-        assert_eq!(
-            held.observe(after[0].0, after[0].1),
-            PhaseVerdict::Outside { strikes: 1 }
-        );
-        assert_eq!(held.observe(after[1].0, after[1].1), PhaseVerdict::Changed);
-        // Learnt afresh after the sharer's search, the new phase is the reference.
-        let mut forgot = PhaseDetector::new(0.15, 2);
-        forgot.learn(&kept);
-        forgot.reset();
-        for (ipc, mpki) in after {
-            assert_eq!(forgot.observe(ipc, mpki), PhaseVerdict::Learning);
-        }
-        // Nothing learnt yet: nothing to hold.
-        let mut new = PhaseDetector::new(0.15, 2);
-        assert_eq!(new.observe(0.0301, 190.0), PhaseVerdict::Learning);
-        new.hold();
-        assert_eq!(new, PhaseDetector::new(0.15, 2));
     }
 }

@@ -37,9 +37,9 @@ struct FakeMachine {
     /// Pages a target's samples spread over, ten samples each a window: the first half
     /// miss on every load, the rest on a third of them.
     pages: u64,
-    /// A target that enters a phase of ten times its LLC references this many windows
-    /// after the first page moved.
-    new_phase_after_first_move: Option<(Pid, u64)>,
+    /// A target that enters a phase of ten times its LLC references once any page has
+    /// moved.
+    new_phase_at_first_move: Option<Pid>,
 }
 
 impl FakeMachine {
@@ -55,20 +55,12 @@ impl FakeMachine {
             stream_only: BTreeSet::new(),
             instructions_per_reference: 20,
             pages: 64,
-            new_phase_after_first_move: None,
+            new_phase_at_first_move: None,
         }
     }
 
     fn confining(&self, pid: Pid) -> bool {
         self.confined.get(&pid).is_some_and(|c| !c.is_empty())
-    }
-
-    /// Whether `pid` has entered the phase of `new_phase_after_first_move`.
-    fn in_new_phase(&self, pid: Pid) -> bool {
-        match (self.new_phase_after_first_move, self.moved_at.first()) {
-            (Some((p, after)), Some(&(first, _))) => p == pid && self.windows >= first + after,
-            _ => false,
-        }
     }
 }
 
@@ -109,7 +101,7 @@ impl Counters for FakeMachine {
     type Error = Infallible;
     fn read(&mut self, pid: Pid) -> Result<CounterDelta, Infallible> {
         let mut d = delta((self.ipc)(pid, self));
-        let new_phase = self.in_new_phase(pid);
+        let new_phase = self.new_phase_at_first_move == Some(pid) && !self.moved_at.is_empty();
         let per_reference = match new_phase {
             true => self.instructions_per_reference / 10,
             false => self.instructions_per_reference,
@@ -512,7 +504,7 @@ fn a_probe_that_a_sharer_in_a_new_phase_pays_for_is_judged_in_that_phase() {
         (_, false) => 0.3,
     };
     let mut machine = FakeMachine::new(&[(1, 0x1000), (2, 0x2000)], ipc);
-    machine.new_phase_after_first_move = Some((2, 0));
+    machine.new_phase_at_first_move = Some(2);
     let mut d = Domain::new(machine);
     for _ in 0..80 {
         d.window();
@@ -532,49 +524,6 @@ fn a_probe_that_a_sharer_in_a_new_phase_pays_for_is_judged_in_that_phase() {
         _ => false,
     });
     assert!(judged_in_phase, "{:?}", d.events[&1]);
-}
-
-#[test]
-fn a_placement_kept_for_a_phase_that_ended_is_judged_before_a_sharer_takes_the_turn() {
-    // The streamer gains 20% confined, until its program enters a phase of ten times its
-    // LLC references during its search, where its confined pages slow it fivefold. Its
-    // search keeps the placement its windows before the change chose; Steady judges it
-    // against them. Had the waiting neighbour taken the turn as the search ended, the
-    // streamer's windows would not have been judged until the neighbour's search ended.
-    let ipc = |pid: Pid, m: &FakeMachine| match (pid, m.confining(1), m.in_new_phase(1)) {
-        (1, false, _) => 0.5,
-        (1, true, false) => 0.6,
-        (1, true, true) => 0.1,
-        _ => 0.2,
-    };
-    let mut machine = FakeMachine::new(&[(1, 0x1000), (2, 0x2000)], ipc);
-    machine.new_phase_after_first_move = Some((1, 8));
-    let mut d = Domain::new(machine);
-    for _ in 0..60 {
-        d.window();
-    }
-    // The window of `pid`'s first transition to `to` whose reason says `why`.
-    let first = |pid: Pid, to: State, why: &str| {
-        d.engine
-            .controller(pid)
-            .expect("attached")
-            .history()
-            .find(|e| {
-                matches!(&e.kind, EventKind::Transition { to: t, reason, .. }
-                    if *t == to && reason.contains(why))
-            })
-            .map(|e| e.window)
-    };
-    let kept = first(1, State::Steady, "the program changed phase");
-    let judged = first(1, State::Profile, "phase change");
-    let neighbour = first(2, State::Profile, "");
-    assert!(kept.is_some(), "{:?}", d.events[&1]);
-    assert!(judged.is_some(), "{:?}", d.events[&1]);
-    assert!(
-        neighbour.is_none_or(|n| n > judged.expect("judged")),
-        "kept at {kept:?}, the neighbour profiled at {neighbour:?}, the streamer's phase \
-         judged at {judged:?}"
-    );
 }
 
 #[test]

@@ -99,10 +99,6 @@ enum Stage {
         /// Steady windows to wait before watching for phase changes.
         cooldown: u32,
         phase: PhaseDetector,
-        /// The placement was chosen from a search's windows before its program changed
-        /// phase, and is judged against them: the turn is kept until the phase detector
-        /// has said whether the program is in another phase.
-        judging_ended_phase: bool,
     },
     Paused {
         /// Confined pages are being moved back, a budget's worth per window.
@@ -501,18 +497,9 @@ impl Controller {
         self.sampling
     }
 
-    /// Profiling or searching, or judging a placement kept for a phase that ended (see
-    /// `judging_ended_phase`): the turn of its LLC domain is in use.
+    /// Profiling or searching: the turn of its LLC domain is in use.
     pub fn holds_turn(&self) -> bool {
-        matches!(
-            self.stage,
-            Stage::Profile { .. }
-                | Stage::Search(_)
-                | Stage::Steady {
-                    judging_ended_phase: true,
-                    ..
-                }
-        )
+        matches!(self.stage, Stage::Profile { .. } | Stage::Search(_))
     }
 
     /// Wanted to profile while the turn was withheld, and still waits.
@@ -915,27 +902,22 @@ impl Controller {
             windows,
             cooldown,
             phase,
-            judging_ended_phase,
         } = &mut self.stage
         else {
             return;
         };
         if let Turn::Withheld { .. } = turn {
             // Another target's search moves pages: its probes change this target's IPC and
-            // MPKI without any phase change of its own. Its windows are not judged; the
-            // first ones after the turn is free are, against the reference held.
-            phase.hold();
+            // MPKI without any phase change of its own. The reference is learnt again once
+            // the turn is free.
+            phase.reset();
             return;
         }
         *windows += 1;
         if *windows <= *cooldown {
             return;
         }
-        let verdict = phase.observe(delta.ipc(), delta.mpki());
-        if !matches!(verdict, PhaseVerdict::Outside { .. }) {
-            *judging_ended_phase = false;
-        }
-        if verdict != PhaseVerdict::Changed {
+        if phase.observe(delta.ipc(), delta.mpki()) != PhaseVerdict::Changed {
             return;
         }
         self.stats.phase_changes += 1;
@@ -1119,7 +1101,6 @@ impl Controller {
             windows: 0,
             cooldown,
             phase: PhaseDetector::new(self.knobs.phase_band, self.knobs.phase_windows),
-            judging_ended_phase: false,
         }
     }
 

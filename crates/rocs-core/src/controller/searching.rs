@@ -1497,22 +1497,9 @@ impl Controller {
                 reason += "; at k = 0 the target missed too little to be worth profiling: nothing to gain";
             }
             self.enter_steady(reason, k > 0, out);
-            if let Stage::Steady {
-                phase,
-                judging_ended_phase,
-                ..
-            } = &mut self.stage
-            {
+            if let Stage::Steady { phase, .. } = &mut self.stage {
                 if ended {
                     phase.learn_ended(&kept);
-                    // Kept for a phase that is over, the placement is judged in the
-                    // program's next before another target of the LLC takes the turn: a
-                    // tenant kept 29 pages so chosen, its sharer then searched for 30
-                    // windows, and the tenant's next phase ran 4.6 times slower under
-                    // them until it had its turn again (random.md's tiny-4b737804 at the
-                    // window's costs, 0.990 -> 0.839 of off once Steady's reference was
-                    // held through a sharer's turn).
-                    *judging_ended_phase = k > 0;
                 } else {
                     phase.learn(&kept);
                 }
