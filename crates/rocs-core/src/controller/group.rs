@@ -74,9 +74,10 @@ impl GroupJudge {
     /// A member's pace is its mean IPC over those windows over its IPC at k = 0: the mean
     /// of the search's k = 0 measurements so far (a sharer's in its current phase: a k = 0
     /// measurement of another phase, see [`OTHER_PHASE`], starts its reference afresh).
-    /// Measured against k = 0 of the same search, a member whose own phase changed after the turn began is not taken for one
-    /// the placement slowed (a reference taken once, when the turn began, had a phased
-    /// neighbour at a tenth of its pace at every k, and the search chased its phases).
+    /// Measured against k = 0 of the same search, a member whose own phase changed after
+    /// the turn began is not taken for one the placement slowed (a reference taken once,
+    /// when the turn began, had a phased neighbour at a tenth of its pace at every k, and
+    /// the search chased its phases).
     /// Before any k = 0 measurement, a k = 0 placement is its own reference (pace 1) and
     /// any other is judged against the window the turn began with.
     ///

@@ -980,11 +980,11 @@ impl Controller {
             let Some(members) = group else {
                 return;
             };
-            let own_floor = members.iter().find(|m| m.pid == pid).and_then(|m| m.floor);
             let floors: BTreeMap<Pid, f64> = members
                 .iter()
                 .filter_map(|m| m.floor.map(|f| (m.pid, f)))
                 .collect();
+            let own_floor = floors.get(&pid).copied();
             if !run.group.window(members) {
                 return;
             }
@@ -1075,8 +1075,7 @@ impl Controller {
         // times its LLC references as t0's first probe began, ran 64-73% slower at every
         // probe there, uncounted, and t0 kept 76 pages; t1 ended at 0.801 of off.
         if let Some(run) = self.run_mut().filter(|_| k > 0 && paid_in_another_phase) {
-            if !run.rejudged && run.rejudge.is_none() {
-                run.rejudged = true;
+            if !std::mem::replace(&mut run.rejudged, true) {
                 run.rejudge = Some(Rejudge::Zero { k });
             }
         }
