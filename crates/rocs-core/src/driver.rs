@@ -34,6 +34,7 @@ pub enum Operation {
     Query {
         pages: usize,
     },
+    ReadMappings,
     /// The controller asked for more than [`MAX_ACTIONS`] actions at once.
     TooManyActions,
 }
@@ -49,6 +50,7 @@ impl fmt::Display for Operation {
             Operation::Migrate { pages } => write!(f, "migrating {pages} pages"),
             Operation::Query { pages: 1 } => f.write_str("querying the colour of 1 page"),
             Operation::Query { pages } => write!(f, "querying the colours of {pages} pages"),
+            Operation::ReadMappings => f.write_str("reading the target's mappings"),
             Operation::TooManyActions => f.write_str("carrying out the controller's actions"),
         }
     }
@@ -143,6 +145,13 @@ impl Driver {
                     }
                     let mut actions = engine.on(pid, Observation::Samples(&samples));
                     actions.extend(engine.on(pid, Observation::SampleLoss(loss)));
+                    match Remapper::mappings(platform, pid) {
+                        Ok(Some(mappings)) => {
+                            actions.extend(engine.on(pid, Observation::Mappings(mappings)))
+                        }
+                        Ok(None) => {}
+                        Err(e) => out.push(failed(pid, Operation::ReadMappings, e)),
+                    }
                     self.carry_out(engine, platform, pid, actions, out);
                 }
                 Err(e) => out.push(failed(pid, Operation::DrainSamples, e)),

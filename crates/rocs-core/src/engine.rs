@@ -181,7 +181,8 @@ impl Engine {
                     .then(|| self.group_window())
                     .flatten(),
                 sharers_changed: self.tell_changed.remove(&pid),
-                sharers_miss: self.others_miss(pid),
+                sharers_miss: self.others_miss(pid, false),
+                sharers_promised: self.others_miss(pid, true),
                 running_sharers: self
                     .running
                     .iter()
@@ -216,12 +217,13 @@ impl Engine {
     /// stream gains nothing from a placement of `pid`'s pages, and `pid`'s probes would
     /// squeeze `pid`'s own data for nothing (noisy-neighbour's victim, searching for its
     /// neighbour's sake, left its own table on worse frames: 0.81 of off at scale 0.3).
-    fn others_miss(&self, pid: Pid) -> bool {
+    /// `profiled`: only a member whose profile promised, not one yet to be profiled.
+    fn others_miss(&self, pid: Pid, profiled: bool) -> bool {
         self.window.iter().any(|(&other, d)| {
             let ctrl = &self.members[&other].ctrl;
             let promising = match ctrl.last_promise() {
                 Some(promise) => promise >= ctrl.knobs().min_promise,
-                None => true,
+                None => !profiled,
             };
             other != pid && promising && ctrl.worth_profiling(d)
         })

@@ -28,7 +28,7 @@ pub use geometry::{CacheGeometry, GeometryError};
 pub use knobs::{KnobError, Knobs, PolluteColours, SearchMode};
 pub use phase::{PhaseDetector, PhaseVerdict};
 pub use platform::{
-    CounterDelta, Counters, PageResult, Remapper, SampleLoss, Sampler, SamplingPlan,
+    CounterDelta, Counters, Mapping, PageResult, Remapper, SampleLoss, Sampler, SamplingPlan,
 };
 pub use profile::{PageCounts, PageProfile};
 pub use regions::{build_stack, Region, RegionParams, StackBuild};

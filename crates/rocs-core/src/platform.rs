@@ -101,6 +101,20 @@ pub trait Counters {
 /// The result for one page of a migrate or query: its colour now, or why not.
 pub type PageResult = Result<Colour, Errno>;
 
+/// One of a target's mappings (a VMA on Linux): its first and last page, inclusive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Mapping {
+    pub first: VirtPage,
+    pub last: VirtPage,
+}
+
+impl Mapping {
+    /// Whether `page` lies in the mapping.
+    pub fn holds(&self, page: VirtPage) -> bool {
+        self.first <= page && page <= self.last
+    }
+}
+
 /// Moving a target's pages between the pollute buffer and the ordinary colours.
 pub trait Remapper {
     type Error: std::error::Error + Send + Sync + 'static;
@@ -117,4 +131,12 @@ pub trait Remapper {
 
     /// The colour of each page's frame now.
     fn query(&mut self, pid: Pid, pages: &[VirtPage]) -> Result<Vec<PageResult>, Self::Error>;
+
+    /// The target's mappings in address order: where a stream's pages lie beyond those
+    /// its samples reached. `None`: the platform cannot tell (then only sampled pages and
+    /// the gaps between them are ever confined).
+    fn mappings(&mut self, pid: Pid) -> Result<Option<Vec<Mapping>>, Self::Error> {
+        let _ = pid;
+        Ok(None)
+    }
 }

@@ -145,9 +145,11 @@ impl RegionPool {
 pub fn pool_regions(regions: &[Region], params: &RegionParams) -> Vec<RegionPool> {
     let longest_gap = sampling_gap(regions, params);
     let rates = |p: &RegionPool| (p.misses, p.samples());
-    // (pool, its first page, its last page)
+    // (pool, its first page, its last page). Regions without samples (a stream's mapping
+    // beyond its profile's reach) tell nothing of how the program uses its pages.
     let mut pools: Vec<(RegionPool, VirtPage, VirtPage)> = regions
         .iter()
+        .filter(|r| r.samples() > 0)
         .map(|r| (RegionPool::of(r), r.first, r.last))
         .collect();
     // As build_stack's second pass: a pool's rate firms up as it grows, so a piece that

@@ -7,8 +7,8 @@ use std::convert::Infallible;
 
 use rocs_core::{
     Colour, Controller, CounterDelta, Counters, DataSource, Driver, Engine, EventKind, Knobs,
-    MemSample, Outcome, PageResult, Pid, Placement, Remapper, SampleLoss, Sampler, SamplingPlan,
-    State, Turn, VirtPage,
+    Mapping, MemSample, Outcome, PageResult, Pid, Placement, Remapper, SampleLoss, Sampler,
+    SamplingPlan, State, Turn, VirtPage,
 };
 
 const SHIFT: u32 = 12;
@@ -40,6 +40,10 @@ struct FakeMachine {
     /// A target that enters a phase of ten times its LLC references once any page has
     /// moved.
     new_phase_at_first_move: Option<Pid>,
+    /// Targets whose samples spread over other than `pages` pages.
+    pages_of: BTreeMap<Pid, u64>,
+    /// Each target's mappings, where the machine tells them.
+    mappings: BTreeMap<Pid, Vec<Mapping>>,
 }
 
 impl FakeMachine {
@@ -56,6 +60,8 @@ impl FakeMachine {
             instructions_per_reference: 20,
             pages: 64,
             new_phase_at_first_move: None,
+            pages_of: BTreeMap::new(),
+            mappings: BTreeMap::new(),
         }
     }
 
@@ -78,7 +84,7 @@ impl Sampler for FakeMachine {
     fn drain(&mut self, pid: Pid, out: &mut Vec<MemSample>) -> Result<SampleLoss, Infallible> {
         if self.sampling.contains(&pid) {
             let first = self.first[&pid];
-            let pages = self.pages;
+            let pages = self.pages_of.get(&pid).copied().unwrap_or(self.pages);
             out.extend((0..10 * pages).map(|i| MemSample {
                 pid,
                 tid: pid,
@@ -133,6 +139,9 @@ impl Remapper for FakeMachine {
     }
     fn query(&mut self, _: Pid, pages: &[VirtPage]) -> Result<Vec<PageResult>, Infallible> {
         Ok(vec![Ok(Colour(1)); pages.len()])
+    }
+    fn mappings(&mut self, pid: Pid) -> Result<Option<Vec<Mapping>>, Infallible> {
+        Ok(self.mappings.get(&pid).cloned())
     }
 }
 
@@ -981,6 +990,48 @@ fn a_profile_that_sees_only_misses_with_reused_pages_confined_moves_them_back() 
             if reason.contains("squeezed"))
     });
     assert!(said, "{:?}", d.events[&1]);
+}
+
+/// A victim whose reused data misses and a neighbour that only streams, on a machine
+/// that tells the neighbour's mapping (or not): the victim runs faster by the share of
+/// the neighbour's `buffer` pages confined, up to 0.8 from 0.5.
+fn victim_and_neighbour(buffer: usize, neighbour_mapping: Option<Mapping>) -> Domain {
+    let ipc = move |pid: Pid, m: &FakeMachine| {
+        let confined = m.confined.get(&2).map_or(0, BTreeSet::len);
+        match pid {
+            1 => 0.5 + 0.3 * confined.min(buffer) as f64 / buffer as f64,
+            _ => 0.5,
+        }
+    };
+    let mut machine = FakeMachine::new(&[(1, 0x1000), (2, 0x2000)], ipc);
+    machine.stream_only.insert(2);
+    // Ten samples a page and window, over the neighbour's 640 pages.
+    machine.pages_of.insert(2, 640);
+    if let Some(m) = neighbour_mapping {
+        machine.mappings.insert(2, vec![m]);
+    }
+    let mut d = Domain::new(machine);
+    for _ in 0..160 {
+        d.window();
+    }
+    d
+}
+
+#[test]
+fn a_streams_whole_mapping_is_confined_not_only_the_pages_its_profile_reached() {
+    // The neighbour's buffer is 4,000 pages, of which its profile samples 640: the
+    // victim gains by the share of the buffer confined.
+    let buffer = Mapping {
+        first: VirtPage(0x2000),
+        last: VirtPage(0x2000 + 3_999),
+    };
+    let d = victim_and_neighbour(4_000, Some(buffer));
+    let confined = d.machine.confined.get(&2).map_or(0, BTreeSet::len);
+    assert_eq!(confined, 4_000, "{:?}", d.events[&2]);
+    // Without the mapping, the search reaches no more than the pages profiled.
+    let d = victim_and_neighbour(4_000, None);
+    let confined = d.machine.confined.get(&2).map_or(0, BTreeSet::len);
+    assert!(confined <= 640, "{confined}: {:?}", d.events[&2]);
 }
 
 #[test]

@@ -9,12 +9,13 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use rocs_core::{
-    CounterDelta, Counters, MemSample, PageResult, Pid, Placement, Remapper, SampleLoss, Sampler,
-    SamplingPlan, VirtPage,
+    CounterDelta, Counters, Mapping, MemSample, PageResult, Pid, Placement, Remapper, SampleLoss,
+    Sampler, SamplingPlan, VirtPage,
 };
 
 use crate::counters::CounterEvents;
-use crate::geometry::parse_cpu_list;
+use crate::geometry::{page_size, parse_cpu_list};
+use crate::procs::ProcRoot;
 use crate::replay::ReplayPmu;
 use crate::shim::{ShimClient, ShimError};
 use crate::{CountersError, EventPlan, LinuxCounters, LinuxSampler, SamplerError};
@@ -30,6 +31,12 @@ pub enum LinuxPlatformError {
     Shim(#[from] ShimError),
     #[error("the rocs_shim kernel module is not available: pages cannot move")]
     NoShim,
+    #[error("reading /proc/{pid}/maps: {source}")]
+    Maps {
+        pid: Pid,
+        #[source]
+        source: procfs::ProcError,
+    },
 }
 
 /// Where samples and counters come from.
@@ -133,6 +140,13 @@ impl Remapper for LinuxPlatform {
     }
     fn query(&mut self, pid: Pid, pages: &[VirtPage]) -> Result<Vec<PageResult>, Self::Error> {
         Ok(self.shim()?.query(pid, pages)?)
+    }
+    fn mappings(&mut self, pid: Pid) -> Result<Option<Vec<Mapping>>, Self::Error> {
+        let page_shift = page_size().trailing_zeros();
+        ProcRoot::default()
+            .mappings(pid, page_shift)
+            .map(Some)
+            .map_err(|source| LinuxPlatformError::Maps { pid, source })
     }
 }
 

@@ -6,8 +6,9 @@
 
 use std::path::{Path, PathBuf};
 
-use procfs::process::Stat;
+use procfs::process::{MemoryMaps, Stat};
 use procfs::{FromRead, ProcessCGroups};
+use rocs_core::{Mapping, VirtPage};
 
 /// PF_KTHREAD in /proc/PID/stat's flags (include/linux/sched.h).
 const PF_KTHREAD: u32 = 0x0020_0000;
@@ -88,6 +89,21 @@ impl ProcRoot {
     pub fn exe(&self, pid: u32) -> Option<PathBuf> {
         std::fs::read_link(self.file(pid, "exe")).ok()
     }
+
+    /// The process's mappings (/proc/PID/maps) as ranges of pages of `1 << page_shift`
+    /// bytes, in address order.
+    pub fn mappings(&self, pid: u32, page_shift: u32) -> procfs::ProcResult<Vec<Mapping>> {
+        let maps = MemoryMaps::from_file(self.file(pid, "maps"))?;
+        Ok(maps
+            .0
+            .iter()
+            .filter(|m| m.address.1 > m.address.0)
+            .map(|m| Mapping {
+                first: VirtPage(m.address.0 >> page_shift),
+                last: VirtPage((m.address.1 - 1) >> page_shift),
+            })
+            .collect())
+    }
 }
 
 #[cfg(test)]
@@ -151,5 +167,36 @@ mod tests {
         assert!(!st.kernel_thread && st.start_time > 0);
         assert!(root.exe(me).is_some());
         assert!(!root.cgroups(me).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_process_s_mappings_are_page_ranges() {
+        // proc(5)'s example lines: a file mapping, the heap, an anonymous mapping of 1 GiB
+        // (the kernel ends its header with a space, name or not).
+        let maps = "\
+00400000-00452000 r-xp 00000000 08:02 173521      /usr/bin/dbus-daemon
+00e03000-00e24000 rw-p 00000000 00:00 0           [heap]
+7f0000000000-7f0040000000 rw-p 00000000 00:00 0 \n";
+        let dir = fixture(7, "", "");
+        std::fs::write(dir.path().join("7/maps"), maps).unwrap();
+        let got = ProcRoot::new(dir.path()).mappings(7, 12).unwrap();
+        let range = |first: u64, last: u64| Mapping {
+            first: VirtPage(first),
+            last: VirtPage(last),
+        };
+        assert_eq!(
+            got,
+            vec![
+                range(0x400, 0x451),
+                range(0xe03, 0xe23),
+                range(0x7f0000000, 0x7f003ffff),
+            ]
+        );
+        // This process's own: its stack among them.
+        let me = std::process::id();
+        let own = ProcRoot::default().mappings(me, 12).unwrap();
+        let local = 0u64;
+        let page = VirtPage(std::ptr::addr_of!(local) as u64 >> 12);
+        assert!(own.iter().any(|m| m.holds(page)), "{own:?}");
     }
 }

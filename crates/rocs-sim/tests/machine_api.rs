@@ -333,3 +333,22 @@ fn sampling_a_program_does_not_change_its_accesses() {
     };
     assert_eq!(l1d_misses(true), l1d_misses(false));
 }
+
+#[test]
+fn a_generated_process_s_mappings_are_its_regions() {
+    let mut m = machine(1);
+    let pid = m.pids()[0];
+    let maps = m
+        .mappings(pid)
+        .unwrap()
+        .expect("a generated process tells its mappings");
+    let pages = |name| {
+        let p = m.region_pages(pid, name).unwrap();
+        (p[0], *p.last().unwrap(), p.len())
+    };
+    let ((s0, s1, sn), (t0, t1, tn)) = (pages("stream"), pages("table"));
+    assert_eq!((sn, tn), (256, 32));
+    let ranges: Vec<_> = maps.iter().map(|r| (r.first, r.last)).collect();
+    assert_eq!(ranges, vec![(s0, s1), (t0, t1)]);
+    assert!(m.mappings(4242).is_err(), "unknown pid");
+}

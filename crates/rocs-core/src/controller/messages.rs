@@ -8,7 +8,8 @@ use serde::{Deserialize, Serialize};
 use super::SharedSpending;
 use crate::search::GainCheck;
 use crate::{
-    CounterDelta, Errno, MemSample, PageResult, Pid, Placement, SampleLoss, SamplingPlan, VirtPage,
+    CounterDelta, Errno, Mapping, MemSample, PageResult, Pid, Placement, SampleLoss, SamplingPlan,
+    VirtPage,
 };
 
 /// Where the controller is.
@@ -102,6 +103,9 @@ pub enum Observation<'a> {
     Migrated(MigrationReport),
     /// The answer to an [`Action::Query`].
     Colours(ColourReport),
+    /// The target's mappings ([`crate::Remapper::mappings`]), read in each window it is
+    /// sampled.
+    Mappings(Vec<Mapping>),
     /// The target exited.
     TargetExited,
     /// An operator command.
@@ -270,6 +274,9 @@ pub struct WindowContext {
     /// profiling by its own policy, and its last profile, if it has one, promised a gain:
     /// there is reused data of others a placement could protect.
     pub sharers_miss: bool,
+    /// Of those, one whose profile promised a gain (not only one not yet profiled): a
+    /// search for the sharers' gain may take its streams' whole mappings.
+    pub sharers_promised: bool,
     /// The other targets of the LLC that ran in this window.
     pub running_sharers: BTreeSet<Pid>,
     /// LLC misses of the other targets of the LLC in this window: they fill the cache the
@@ -287,6 +294,7 @@ impl Default for WindowContext {
             group: None,
             sharers_changed: false,
             sharers_miss: false,
+            sharers_promised: false,
             running_sharers: BTreeSet::new(),
             sharer_misses: 0,
             sharers_spending: SharedSpending::default(),

@@ -37,8 +37,8 @@ use crate::phase::{PhaseDetector, PhaseVerdict};
 use crate::regions::{Region, StackBuild};
 use crate::search::Search;
 use crate::{
-    CacheGeometry, Colour, CounterDelta, DataSource, MemSample, MissRateStack, PageProfile, Pid,
-    SamplingPlan, VirtPage,
+    CacheGeometry, Colour, CounterDelta, DataSource, Mapping, MemSample, MissRateStack,
+    PageProfile, Pid, SamplingPlan, VirtPage,
 };
 pub use budget::SharedSpending;
 use budget::Spending;
@@ -230,6 +230,8 @@ pub struct Controller {
     pages: PageLedger,
     /// What the last profile promised ([`Controller::last_promise`]).
     promise: Option<f64>,
+    /// The target's mappings as last read while it was sampled (empty: unknown).
+    mappings: Vec<Mapping>,
     /// The share of the target's cycles that turning all of its LLC loads from misses
     /// into hits would save, by the last profile's load latencies: what turns a promise
     /// (a share of loads) into a share of cycles. `None` when the samples carry no
@@ -331,6 +333,7 @@ impl Controller {
             remembered: VecDeque::new(),
             pages: PageLedger::new(knobs.page_budget, ordinary),
             promise: None,
+            mappings: Vec::new(),
             cycles_per_load_share: None,
             fruitless: 0,
             spending: Spending::default(),
@@ -528,6 +531,7 @@ impl Controller {
             }
             Observation::Migrated(report) => self.on_migrated(report, &mut out),
             Observation::Colours(report) => self.on_colours(report, &mut out),
+            Observation::Mappings(mappings) => self.mappings = mappings,
             Observation::TargetExited => {
                 self.stop_sampling(&mut out);
                 self.transition(Stage::Exited, "the target exited".into(), &mut out);

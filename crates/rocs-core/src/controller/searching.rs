@@ -9,7 +9,7 @@ use super::messages::{Action, ColourReport, EventKind, MemberWindow, SharerPace,
 use super::{Controller, Deferred, Stage};
 use crate::knobs::SearchMode;
 use crate::phase::{outside, MPKI_FLOOR};
-use crate::regions::{build_stack, pool_regions, RegionParams, RegionPool, StackBuild};
+use crate::regions::{build_stack, pool_regions, Region, RegionParams, RegionPool, StackBuild};
 use crate::search::{resolvable_gain, Next, Search};
 use crate::{Colour, CounterDelta, MissRateStack, PageProfile, Pid, StackEntry, VirtPage};
 
@@ -66,6 +66,14 @@ const LEAST_PAGES_BACK: usize = 32;
 /// a miss cost, not what else the program waits for, and an IPC gain of s / (1 - s) grows
 /// without bound as the share s nears 1.
 const MAX_CYCLES_SHARE: f64 = 0.9;
+
+/// Most pages of streams' mappings, in LLCs, that a search for the sharers' gain takes
+/// beyond the pages its profile reached ([`Controller::whole_streams`]): a mapping
+/// reserved far beyond what the program touches is not moved page by page.
+const WHOLE_STREAM_MAX_LLCS: u64 = 64;
+
+/// The same bound where the LLC's size is not known: 4 GiB of 4 KiB pages.
+const WHOLE_STREAM_MAX_PAGES: u64 = 1 << 20;
 
 /// Whether a search can tell its promise from the scatter of its windows.
 enum Scatter {
@@ -265,6 +273,10 @@ impl Controller {
             (cycles > 0.0).then(|| cost * self.profile_llc_references as f64 / cycles)
         });
         let mut unless_over_full = None;
+        // A search for the sharers' gain: the stack's streaming pages of its `n`, and how
+        // many pages of their mappings the profile did not reach it took with them.
+        let mut for_sharers = None;
+        let mut stream_pages_added = 0;
         if promise < self.knobs.min_promise && !for_others(context) {
             let reason = format!(
                 "nothing to win: {:.1}% of the sampled LLC loads miss on pages that are also \
@@ -294,8 +306,8 @@ impl Controller {
             // lose those hits in the pollute colours, at its own expense: a tenant whose
             // table and sweep fit in the LLC probed 76 of its 80 pages for its sharers
             // and ran at 0.54 of its pace in the probe.
-            let streaming = self.streaming_top();
-            if streaming == 0 {
+            let streams = self.build.stack.entries()[..self.streaming_top()].to_vec();
+            if streams.is_empty() {
                 let reason = format!(
                     "nothing to confine for the sharers: {:.1}% of the sampled LLC loads \
                      miss on pages that are also reused (under min_promise {:.1}%), and no \
@@ -319,10 +331,19 @@ impl Controller {
                 self.enter_steady(reason, false, out);
                 return;
             }
-            let top = self.build.stack.entries()[..streaming].to_vec();
-            self.build.stack = MissRateStack::from_entries(top);
+            let sampled = streams.len();
+            // Only for a sharer known to gain: a search for one not yet profiled is a
+            // guess, and the mappings' pages would multiply what it costs (random.md's
+            // ppc970fx-368974fa at the machine's costs: 1,132 pages searched, not 180,
+            // for a sharer that only streams; the streamer 0.95 -> 0.83 of off).
+            let streams = match context.sharers_promised {
+                true => self.whole_streams(streams),
+                false => streams,
+            };
+            stream_pages_added = streams.len() - sampled;
+            for_sharers = Some((sampled, n));
+            self.build.stack = MissRateStack::from_entries(streams);
         }
-        let for_sharers = (n > self.build.stack.len()).then_some(n);
         let n = self.build.stack.len();
         let mut search = self.new_search();
         let profile_ipcs = match &self.stage {
@@ -386,9 +407,16 @@ impl Controller {
                     self.cycles_share(promise) * 100.0
                 );
             }
-            if let Some(all) = for_sharers {
+            if let Some((streams, all)) = for_sharers.filter(|&(streams, all)| streams < all) {
                 reason += &format!(
-                    "; for the sharers' gain: only the {n} of its {all} pages that only stream"
+                    "; for the sharers' gain: only the {streams} of its {all} pages that only \
+                     stream"
+                );
+            }
+            if stream_pages_added > 0 {
+                reason += &format!(
+                    "; and the {stream_pages_added} pages of the streams' mappings that the \
+                     profile did not reach"
                 );
             }
             if let (Some((k, _)), SearchMode::Adaptive) = (recalled, self.knobs.search) {
@@ -1718,6 +1746,81 @@ impl Controller {
         } else {
             winnable / all
         }
+    }
+
+    /// `streams` (the stack's pages that only stream, in stack order) followed by the
+    /// pages of their mappings that the profile did not reach: a stream's buffer is
+    /// confined whole, not only the part the profile saw it pass. Only mappings whose
+    /// every page of the profile's regions streams, so that no reused page is taken
+    /// along, and at most [`WHOLE_STREAM_MAX_LLCS`] times the LLC's pages in all (where
+    /// its size is not known, [`WHOLE_STREAM_MAX_PAGES`]). The added pages rank below the
+    /// sampled ones at their mapping's least streaming rate, and join the build as
+    /// regions without samples, so that later moves know them.
+    /// (noisy-neighbour on zen4-like at `--scale auto:0.1`: the neighbour's buffer is
+    /// 262,144 pages, of which its profile reached 11,069.)
+    fn whole_streams(&mut self, streams: Vec<StackEntry>) -> Vec<StackEntry> {
+        if self.mappings.is_empty() || streams.is_empty() {
+            return streams;
+        }
+        let streaming: HashSet<VirtPage> = streams.iter().map(|e| e.page).collect();
+        let mut left = match self.llc_room_pages {
+            0 => WHOLE_STREAM_MAX_PAGES,
+            room => WHOLE_STREAM_MAX_LLCS * (room + self.buffer_pages()),
+        };
+        let mut added_entries = Vec::new();
+        let mut added_regions = Vec::new();
+        for m in &self.mappings {
+            let mut rate = f64::INFINITY;
+            let mut only_streams = true;
+            for e in self
+                .build
+                .stack
+                .entries()
+                .iter()
+                .filter(|e| m.holds(e.page))
+            {
+                only_streams &= streaming.contains(&e.page);
+                rate = rate.min(e.miss_rate);
+            }
+            if !only_streams || rate.is_infinite() {
+                continue;
+            }
+            let mut page = m.first.0;
+            while page <= m.last.0 && left > 0 {
+                if let Some(r) = self.build.region_of(VirtPage(page)) {
+                    page = r.last.0 + 1;
+                    continue;
+                }
+                let next_region = self.build.regions.partition_point(|r| r.last.0 < page);
+                let end = self
+                    .build
+                    .regions
+                    .get(next_region)
+                    .map_or(m.last.0, |r| (r.first.0 - 1).min(m.last.0))
+                    .min(page + left - 1);
+                added_regions.push(Region {
+                    first: VirtPage(page),
+                    last: VirtPage(end),
+                    sampled_pages: 0,
+                    hits: 0,
+                    misses: 0,
+                    miss_rate: rate,
+                });
+                added_entries.extend((page..=end).map(|p| StackEntry {
+                    page: VirtPage(p),
+                    hits: 0,
+                    misses: 0,
+                    miss_rate: rate,
+                }));
+                left -= end - page + 1;
+                page = end + 1;
+            }
+        }
+        self.build.regions.extend(added_regions);
+        self.build.regions.sort_by_key(|r| r.first);
+        let mut all = streams;
+        all.extend(added_entries);
+        all
     }
 
     /// How many of the stack's top pages (nearly) only miss: a miss rate within

@@ -19,7 +19,9 @@ mod stats;
 
 use std::collections::HashMap;
 
-use rocs_core::{CacheGeometry, Colour, Errno, PageResult, Pid, Placement, Remapper, VirtPage};
+use rocs_core::{
+    CacheGeometry, Colour, Errno, Mapping, PageResult, Pid, Placement, Remapper, VirtPage,
+};
 
 pub use replay::{TraceFormat, TraceInput, TraceSpec};
 pub use stats::{Counts, ProcessStats, RegionStats, RunStats};
@@ -618,6 +620,25 @@ impl Remapper for Machine {
             .iter()
             .map(|&pg| self.migrate_one(i, pg, to))
             .collect())
+    }
+
+    /// A generated process's regions, each mapped apart (a trace's layout is unknown).
+    fn mappings(&mut self, pid: Pid) -> Result<Option<Vec<Mapping>>, SimError> {
+        let i = self.proc_index(pid)?;
+        let shift = self.page_shift;
+        Ok(match &self.procs[i].source {
+            Source::Gen(g) => Some(
+                g.regions
+                    .iter()
+                    .filter(|r| r.size > 0)
+                    .map(|r| Mapping {
+                        first: VirtPage(r.base_va >> shift),
+                        last: VirtPage((r.base_va + r.size - 1) >> shift),
+                    })
+                    .collect(),
+            ),
+            Source::Trace(_) => None,
+        })
     }
 
     fn query(&mut self, pid: Pid, pages: &[VirtPage]) -> Result<Vec<PageResult>, SimError> {
