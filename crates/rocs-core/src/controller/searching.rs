@@ -1762,64 +1762,61 @@ impl Controller {
         if self.mappings.is_empty() || streams.is_empty() {
             return streams;
         }
+        // Per mapping (address order): the least rate of its stack pages while they all
+        // stream, None once one does not (or it holds none).
         let streaming: HashSet<VirtPage> = streams.iter().map(|e| e.page).collect();
+        let mut rates: Vec<Option<f64>> = vec![Some(f64::INFINITY); self.mappings.len()];
+        for e in self.build.stack.entries() {
+            let i = self.mappings.partition_point(|m| m.last < e.page);
+            if let Some(rate) = rates.get_mut(i).filter(|_| self.mappings[i].holds(e.page)) {
+                *rate = rate
+                    .filter(|_| streaming.contains(&e.page))
+                    .map(|r| r.min(e.miss_rate));
+            }
+        }
         let mut left = match self.llc_room_pages {
             0 => WHOLE_STREAM_MAX_PAGES,
             room => WHOLE_STREAM_MAX_LLCS * (room + self.buffer_pages()),
         };
-        let mut added_entries = Vec::new();
-        let mut added_regions = Vec::new();
-        for m in &self.mappings {
-            let mut rate = f64::INFINITY;
-            let mut only_streams = true;
-            for e in self
-                .build
-                .stack
-                .entries()
-                .iter()
-                .filter(|e| m.holds(e.page))
-            {
-                only_streams &= streaming.contains(&e.page);
-                rate = rate.min(e.miss_rate);
-            }
-            if !only_streams || rate.is_infinite() {
+        let mut added = Vec::new();
+        for (m, rate) in self.mappings.iter().zip(rates) {
+            let Some(rate) = rate.filter(|r| r.is_finite()) else {
                 continue;
-            }
+            };
+            // The runs of the mapping's pages between the profile's regions.
             let mut page = m.first.0;
-            while page <= m.last.0 && left > 0 {
-                if let Some(r) = self.build.region_of(VirtPage(page)) {
-                    page = r.last.0 + 1;
-                    continue;
+            let after = self.build.regions.partition_point(|r| r.last < m.first);
+            let inside = self.build.regions[after..]
+                .iter()
+                .take_while(|r| r.first <= m.last);
+            let ends = inside.map(|r| (r.first.0, r.last.0 + 1));
+            for (next, resume) in ends.chain([(m.last.0 + 1, m.last.0 + 1)]) {
+                let end = next.min(page + left);
+                if end > page {
+                    added.push((page, end - 1, rate));
+                    left -= end - page;
                 }
-                let next_region = self.build.regions.partition_point(|r| r.last.0 < page);
-                let end = self
-                    .build
-                    .regions
-                    .get(next_region)
-                    .map_or(m.last.0, |r| (r.first.0 - 1).min(m.last.0))
-                    .min(page + left - 1);
-                added_regions.push(Region {
-                    first: VirtPage(page),
-                    last: VirtPage(end),
-                    sampled_pages: 0,
-                    hits: 0,
-                    misses: 0,
-                    miss_rate: rate,
-                });
-                added_entries.extend((page..=end).map(|p| StackEntry {
-                    page: VirtPage(p),
-                    hits: 0,
-                    misses: 0,
-                    miss_rate: rate,
-                }));
-                left -= end - page + 1;
-                page = end + 1;
+                page = page.max(resume);
             }
         }
-        self.build.regions.extend(added_regions);
-        self.build.regions.sort_by_key(|r| r.first);
         let mut all = streams;
-        all.extend(added_entries);
+        for &(first, last, rate) in &added {
+            self.build.regions.push(Region {
+                first: VirtPage(first),
+                last: VirtPage(last),
+                sampled_pages: 0,
+                hits: 0,
+                misses: 0,
+                miss_rate: rate,
+            });
+            all.extend((first..=last).map(|p| StackEntry {
+                page: VirtPage(p),
+                hits: 0,
+                misses: 0,
+                miss_rate: rate,
+            }));
+        }
+        self.build.regions.sort_by_key(|r| r.first);
         all
     }
 
