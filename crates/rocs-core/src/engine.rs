@@ -10,9 +10,10 @@
 //!
 //! - **One turn.** Only one target at a time profiles and searches (holds the turn); the
 //!   others are told [`Turn::Withheld`] with their windows and wait in Observe or Steady,
-//!   keeping their state, without watching for phase changes (the holder's moves change
-//!   their IPC too). A target that wanted to profile meanwhile says so once
-//!   ([`crate::EventKind::Waiting`]) and looks again when the turn is free.
+//!   keeping their state, judging no phase change by IPC or MPKI (the holder's moves
+//!   change theirs too), only by their own LLC references. A target that wanted to
+//!   profile meanwhile says so once ([`crate::EventKind::Waiting`]) and looks again when
+//!   the turn is free.
 //! - **One objective.** The holder's search is given every member's IPC with each window
 //!   and records the domain's score of each placement instead of its own IPC (the
 //!   controller's `group` module says how it is scored).

@@ -248,6 +248,62 @@ impl PhaseDetector {
     }
 }
 
+/// A target's LLC references per kilo-instruction while it is steady: the loads that miss
+/// its private caches, which no sharer's placement changes. While another target's search
+/// holds the LLC's turn, the holder's probes move this target's IPC and MPKI, so those say
+/// nothing of its phase; its references still do. A tenant whose program changed phase in
+/// the second window of a sharer's search (references 318 -> 680 per kilo-instruction,
+/// IPC 0.030 -> 0.011) learnt its phase afresh once the turn was free, from windows of the
+/// new phase, and kept the old phase's 70 pages confined through 43 windows of it
+/// (random.md's random-tiny-50a39f0b at the window's costs: that tenant 0.934 of off).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct OwnLoads {
+    /// References per kilo-instruction summed over the phase's windows, and their count.
+    sum: f64,
+    windows: u32,
+    /// The windows since the turn was withheld, in order.
+    withheld: Vec<f64>,
+}
+
+impl OwnLoads {
+    /// A window of the phase, judged within it (or while its reference is learnt).
+    pub fn learn(&mut self, apki: f64) {
+        self.sum += apki;
+        self.windows += 1;
+    }
+
+    /// A window in which another target's search holds the turn.
+    pub fn withheld(&mut self, apki: f64) {
+        self.withheld.push(apki);
+    }
+
+    /// The turn is back: whether, while it was withheld, the target's references left its
+    /// phase's level by more than `band` and settled elsewhere (the last two windows agree,
+    /// both outside it on the same side). The level is that of the phase's windows, or
+    /// with none (the turn went to another as this Steady began), the first withheld
+    /// window's. Forgets the withheld windows.
+    pub fn moved_while_withheld(&mut self, band: f64) -> bool {
+        let withheld = std::mem::take(&mut self.withheld);
+        let &[first, .., a, b] = withheld.as_slice() else {
+            return false;
+        };
+        let level = if self.windows > 0 {
+            self.sum / f64::from(self.windows)
+        } else {
+            first
+        };
+        outside(level, a, band, MPKI_FLOOR)
+            && outside(level, b, band, MPKI_FLOOR)
+            && !outside(a, b, band, MPKI_FLOOR)
+            && (a > level) == (b > level)
+    }
+
+    /// Whether the turn has been withheld since the last window granted it.
+    pub fn is_withheld(&self) -> bool {
+        !self.withheld.is_empty()
+    }
+}
+
 /// Whether `x` lies outside `band` of `from` (judged against at least `floor`).
 pub(crate) fn outside(from: f64, x: f64, band: f64, floor: f64) -> bool {
     (x - from).abs() > band * from.max(floor)
@@ -429,5 +485,31 @@ mod tests {
         let mut one = PhaseDetector::new(0.15, 2);
         one.learn(&[(0.390, 2.2)]);
         assert_eq!(one.observe(0.392, 1.9), PhaseVerdict::Learning);
+    }
+
+    #[test]
+    fn own_loads_tell_a_phase_change_while_the_turn_is_withheld() {
+        let withheld = |learnt: &[f64], windows: &[f64]| {
+            let mut loads = OwnLoads::default();
+            learnt.iter().for_each(|&x| loads.learn(x));
+            windows.iter().for_each(|&x| loads.withheld(x));
+            let moved = loads.moved_while_withheld(0.15);
+            assert!(!loads.is_withheld(), "the withheld windows are forgotten");
+            moved
+        };
+        // random-tiny-50a39f0b's tenant: its references doubled two windows into the turn.
+        assert!(withheld(
+            &[317.5, 318.8],
+            &[319.6, 318.6, 403.9, 678.1, 680.7]
+        ));
+        // Without a level learnt, the first withheld window's stands in.
+        assert!(withheld(&[], &[319.6, 318.6, 403.9, 678.1, 680.7]));
+        // The holder's probes move IPC and MPKI, not references.
+        assert!(!withheld(&[318.0], &[319.6, 300.0, 321.2, 317.9]));
+        // A phase that ended before the turn came back, or one not yet settled.
+        assert!(!withheld(&[318.0], &[680.0, 679.0, 318.5]));
+        assert!(!withheld(&[318.0], &[319.0, 680.0, 410.0]));
+        // Too few withheld windows to tell.
+        assert!(!withheld(&[318.0], &[680.0]));
     }
 }

@@ -40,6 +40,8 @@ struct FakeMachine {
     /// A target that enters a phase of ten times its LLC references once any page has
     /// moved.
     new_phase_at_first_move: Option<Pid>,
+    /// Targets in a phase of ten times their LLC references now.
+    in_new_phase: BTreeSet<Pid>,
     /// Targets whose samples spread over other than `pages` pages.
     pages_of: BTreeMap<Pid, u64>,
     /// Each target's mappings, where the machine tells them.
@@ -60,6 +62,7 @@ impl FakeMachine {
             instructions_per_reference: 20,
             pages: 64,
             new_phase_at_first_move: None,
+            in_new_phase: BTreeSet::new(),
             pages_of: BTreeMap::new(),
             mappings: BTreeMap::new(),
         }
@@ -107,7 +110,8 @@ impl Counters for FakeMachine {
     type Error = Infallible;
     fn read(&mut self, pid: Pid) -> Result<CounterDelta, Infallible> {
         let mut d = delta((self.ipc)(pid, self));
-        let new_phase = self.new_phase_at_first_move == Some(pid) && !self.moved_at.is_empty();
+        let new_phase = (self.new_phase_at_first_move == Some(pid) && !self.moved_at.is_empty())
+            || self.in_new_phase.contains(&pid);
         let per_reference = match new_phase {
             true => self.instructions_per_reference / 10,
             false => self.instructions_per_reference,
@@ -533,6 +537,49 @@ fn a_probe_that_a_sharer_in_a_new_phase_pays_for_is_judged_in_that_phase() {
         _ => false,
     });
     assert!(judged_in_phase, "{:?}", d.events[&1]);
+}
+
+#[test]
+fn a_steady_target_whose_program_changes_phase_while_another_searches_profiles_again() {
+    // Target 2 misses most, searches first and settles; target 1 then takes the turn, and
+    // in its search target 2's program enters a phase of ten times its LLC references,
+    // where it runs at a quarter of its pace. Its IPC and MPKI cannot tell that from the
+    // holder's probes, its references can: once the turn is free it profiles again, not
+    // taking the new phase for its reference.
+    let ipc = |pid: Pid, m: &FakeMachine| match pid {
+        2 if m.in_new_phase.contains(&2) => 0.2,
+        2 => 0.8,
+        _ => 0.5,
+    };
+    let mut d = Domain::new(FakeMachine::new(&[(1, 0x1000), (2, 0x2000)], ipc));
+    let mut windows = 0;
+    while !(d.state(1) == State::Search && d.state(2) == State::Steady) {
+        d.window();
+        windows += 1;
+        assert!(
+            windows < 100,
+            "target 1 never searched after target 2 settled"
+        );
+    }
+    d.window();
+    d.machine.in_new_phase.insert(2);
+    while d.state(1) == State::Search {
+        d.window();
+        windows += 1;
+        assert!(windows < 200, "target 1's search never ended");
+    }
+    let phase_changes = |d: &Domain| {
+        d.engine
+            .controller(2)
+            .expect("attached")
+            .stats()
+            .phase_changes
+    };
+    assert_eq!(phase_changes(&d), 0, "a phase change while withheld");
+    for _ in 0..3 {
+        d.window();
+    }
+    assert_eq!(phase_changes(&d), 1, "{:?}", d.events[&2]);
 }
 
 #[test]

@@ -68,8 +68,8 @@ pub enum Turn {
     /// Profile and search when there is reason to.
     Granted,
     /// Another target of the LLC (`holder`) profiles or searches: wait in Observe or
-    /// Steady, without watching for phase changes (the holder's moves change this target's
-    /// IPC too).
+    /// Steady, judging no phase change by IPC or MPKI (the holder's moves change this
+    /// target's too), only by the target's own LLC references (see `OwnLoads`).
     Withheld { holder: Pid },
 }
 

@@ -33,7 +33,7 @@ pub use messages::{
 };
 
 use crate::knobs::{KnobError, Knobs};
-use crate::phase::{PhaseDetector, PhaseVerdict};
+use crate::phase::{OwnLoads, PhaseDetector, PhaseVerdict};
 use crate::regions::{Region, StackBuild};
 use crate::search::Search;
 use crate::{
@@ -99,6 +99,9 @@ enum Stage {
         /// Steady windows to wait before watching for phase changes.
         cooldown: u32,
         phase: PhaseDetector,
+        /// The program's own loads, which tell its phase while another's search holds the
+        /// turn.
+        loads: OwnLoads,
     },
     Paused {
         /// Confined pages are being moved back, a budget's worth per window.
@@ -906,23 +909,35 @@ impl Controller {
             windows,
             cooldown,
             phase,
+            loads,
         } = &mut self.stage
         else {
             return;
         };
         if let Turn::Withheld { .. } = turn {
             // Another target's search moves pages: its probes change this target's IPC and
-            // MPKI without any phase change of its own. The reference is learnt again once
-            // the turn is free.
-            phase.reset();
+            // MPKI without any phase change of its own, but not its references.
+            loads.withheld(delta.apki());
             return;
+        }
+        if loads.is_withheld() && !loads.moved_while_withheld(self.knobs.phase_band) {
+            // The reference is learnt again under the placement the holder left, unless
+            // the program's own loads moved meanwhile: then the reference from before the
+            // turn was withheld sees the phase it changed to.
+            phase.reset();
         }
         *windows += 1;
         if *windows <= *cooldown {
+            loads.learn(delta.apki());
             return;
         }
-        if phase.observe(delta.ipc(), delta.mpki()) != PhaseVerdict::Changed {
-            return;
+        match phase.observe(delta.ipc(), delta.mpki()) {
+            PhaseVerdict::Changed => {}
+            PhaseVerdict::Learning | PhaseVerdict::Within => {
+                loads.learn(delta.apki());
+                return;
+            }
+            PhaseVerdict::Outside { .. } => return,
         }
         self.stats.phase_changes += 1;
         self.unsampled_ipcs.clear();
@@ -1105,6 +1120,7 @@ impl Controller {
             windows: 0,
             cooldown,
             phase: PhaseDetector::new(self.knobs.phase_band, self.knobs.phase_windows),
+            loads: OwnLoads::default(),
         }
     }
 
