@@ -158,6 +158,11 @@ fn one_workload_per_kind_through_the_modern_suite() {
     for name in ["noisy-neighbour", "mcf-like"] {
         assert!(page.contains(&format!("| {name} |")), "{page}");
     }
+    // A row whose oracle gains less than 5% is listed where the page says why.
+    for r in &e.rows {
+        let listed = page.contains(&format!("- {} on {}: oracle-rocs", r.workload, r.machine));
+        assert_eq!(listed, r.oracle_speedup < 1.05, "{}: {page}", r.workload);
+    }
     let svg = e.modern_svg("small-modern");
     // Five bars per workload, five legend boxes.
     assert_eq!(svg.matches("<rect x=").count(), 2 * 5 + 5, "{svg}");

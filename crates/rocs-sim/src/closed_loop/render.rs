@@ -385,7 +385,43 @@ impl Evaluation {
                 &cells,
             );
         }
+        s += &self.little_to_give();
         s += &targets(&self.targets);
+        s
+    }
+
+    /// The modern page's rows where page colouring's oracle gains less than 5%, with the
+    /// oracle-CAT beside them, and where the notes say why.
+    fn little_to_give(&self) -> String {
+        let little: Vec<&EvalRow> = self
+            .rows
+            .iter()
+            .filter(|r| r.oracle_speedup < 1.05)
+            .collect();
+        if little.is_empty() {
+            return String::new();
+        }
+        let mut s = String::from("## Where page colouring has little to give\n\n");
+        let _ = writeln!(
+            s,
+            "Here the best offline `k` gains less than 5%. Why, with figures, is in \
+             [NOTES.md](NOTES.md) (for noisy-neighbour, \"Why page colouring's oracle shows \
+             nothing for noisy-neighbour\"): what CAT gains there is a whole process kept to \
+             a way, which page colouring gives only as far as its profile tells the \
+             neighbour's pages from the victim's.\n"
+        );
+        for r in little {
+            let cat = r
+                .cat
+                .as_ref()
+                .map_or(String::new(), |c| format!(", oracle-CAT {:.3}", c.speedup));
+            let _ = writeln!(
+                s,
+                "- {} on {}: oracle-rocs {:.3}, rocs {:.3}{cat}",
+                r.workload, r.machine, r.oracle_speedup, r.adaptive.speedup
+            );
+        }
+        s.push('\n');
         s
     }
 
