@@ -406,9 +406,9 @@ impl Evaluation {
             s,
             "Here the best offline `k` gains less than 5%. Why, with figures, is in \
              [NOTES.md](NOTES.md) (for noisy-neighbour, \"Why page colouring's oracle shows \
-             nothing for noisy-neighbour\"): what CAT gains there is a whole process kept to \
+             nothing for noisy-neighbour\": what CAT gains there is a whole process kept to \
              a way, which page colouring gives only as far as its profile tells the \
-             neighbour's pages from the victim's.\n"
+             neighbour's pages from the victim's).\n"
         );
         for r in little {
             let cat = r
