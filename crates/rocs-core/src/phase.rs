@@ -256,7 +256,7 @@ impl PhaseDetector {
 /// IPC 0.030 -> 0.011) learnt its phase afresh once the turn was free, from windows of the
 /// new phase, and kept the old phase's 70 pages confined through 43 windows of it
 /// (random.md's random-tiny-50a39f0b at the window's costs: that tenant 0.934 of off).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default)]
 pub struct OwnLoads {
     /// References per kilo-instruction summed over the phase's windows, and their count.
     sum: f64,
@@ -284,13 +284,13 @@ impl OwnLoads {
     /// window's. Forgets the withheld windows.
     pub fn moved_while_withheld(&mut self, band: f64) -> bool {
         let withheld = std::mem::take(&mut self.withheld);
-        let &[first, .., a, b] = withheld.as_slice() else {
+        let &[.., a, b] = withheld.as_slice() else {
             return false;
         };
         let level = if self.windows > 0 {
             self.sum / f64::from(self.windows)
         } else {
-            first
+            withheld[0]
         };
         outside(level, a, band, MPKI_FLOOR)
             && outside(level, b, band, MPKI_FLOOR)
@@ -509,7 +509,9 @@ mod tests {
         // A phase that ended before the turn came back, or one not yet settled.
         assert!(!withheld(&[318.0], &[680.0, 679.0, 318.5]));
         assert!(!withheld(&[318.0], &[319.0, 680.0, 410.0]));
-        // Too few withheld windows to tell.
+        // Two withheld windows tell, one does not.
+        assert!(withheld(&[318.0], &[680.0, 679.0]));
         assert!(!withheld(&[318.0], &[680.0]));
+        assert!(!withheld(&[], &[680.0, 679.0]));
     }
 }
