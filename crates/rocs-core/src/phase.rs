@@ -284,24 +284,31 @@ impl OwnLoads {
     /// window's. Forgets the withheld windows.
     pub fn moved_while_withheld(&mut self, band: f64) -> bool {
         let withheld = std::mem::take(&mut self.withheld);
-        let &[.., a, b] = withheld.as_slice() else {
-            return false;
-        };
-        let level = if self.windows > 0 {
-            self.sum / f64::from(self.windows)
-        } else {
-            withheld[0]
-        };
-        outside(level, a, band, MPKI_FLOOR)
-            && outside(level, b, band, MPKI_FLOOR)
-            && !outside(a, b, band, MPKI_FLOOR)
-            && (a > level) == (b > level)
+        if self.windows == 0 {
+            return left_level(&withheld, band, MPKI_FLOOR);
+        }
+        let level = self.sum / f64::from(self.windows);
+        let series: Vec<f64> = std::iter::once(level).chain(withheld).collect();
+        left_level(&series, band, MPKI_FLOOR)
     }
 
     /// Whether the turn has been withheld since the last window granted it.
     pub fn is_withheld(&self) -> bool {
         !self.withheld.is_empty()
     }
+}
+
+/// Whether a series of windows' readings left the first window's level and settled
+/// elsewhere: the last two agree within `band` and both lie outside it from the first, on
+/// the same side (each judged against at least `floor`).
+pub(crate) fn left_level(series: &[f64], band: f64, floor: f64) -> bool {
+    let &[from, .., a, b] = series else {
+        return false;
+    };
+    outside(from, a, band, floor)
+        && outside(from, b, band, floor)
+        && !outside(a, b, band, floor)
+        && (a > from) == (b > from)
 }
 
 /// Whether `x` lies outside `band` of `from` (judged against at least `floor`).

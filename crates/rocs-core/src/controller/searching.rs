@@ -8,7 +8,7 @@ use super::group::GroupJudge;
 use super::messages::{Action, ColourReport, EventKind, MemberWindow, SharerPace, WindowContext};
 use super::{Controller, Deferred, Stage};
 use crate::knobs::SearchMode;
-use crate::phase::{outside, MPKI_FLOOR};
+use crate::phase::{left_level, outside, MPKI_FLOOR};
 use crate::regions::{build_stack, pool_regions, Region, RegionParams, RegionPool, StackBuild};
 use crate::search::{resolvable_gain, Next, Search};
 use crate::{Colour, CounterDelta, MissRateStack, PageProfile, Pid, StackEntry, VirtPage};
@@ -2086,19 +2086,6 @@ fn overlap(a: &HashSet<VirtPage>, b: &HashSet<VirtPage>) -> f64 {
 /// group, and another sharer has reused data that misses.
 fn for_others(context: &WindowContext) -> bool {
     context.group.is_some() && context.sharers_miss
-}
-
-/// Whether a series of windows' readings left the first window's level and settled
-/// elsewhere: the last two agree within `band` and both lie outside it from the first, on
-/// the same side (each judged against at least `floor`).
-fn left_level(series: &[f64], band: f64, floor: f64) -> bool {
-    let &[from, .., a, b] = series else {
-        return false;
-    };
-    outside(from, a, band, floor)
-        && outside(from, b, band, floor)
-        && !outside(a, b, band, floor)
-        && (a > from) == (b > from)
 }
 
 /// Whether windows measured in a row at one placement left their first window's level in
