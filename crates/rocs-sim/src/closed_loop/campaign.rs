@@ -454,6 +454,7 @@ impl RandomCampaign {
             "llrrrrrrrr",
             &cells,
         );
+        s += &self.by_tenants();
         s += &targets(&self.targets());
         s += &self.where_losses_go(&machines);
         for (costs, rows, summary) in at_both {
@@ -477,6 +478,48 @@ impl RandomCampaign {
             let shown: Vec<Vec<String>> = tenants.iter().take(5).map(|r| row_cells(r)).collect();
             s += &table(&ROW_HEADER, ROW_ALIGN, &shown);
         }
+        s
+    }
+
+    /// The per-machine table's figures by how many tenants share the LLC: a target alone
+    /// is judged by its own windows; a shared LLC's searches take turns, score the group
+    /// and start again when a sharer starts or stops, and its oracle, offline, knows
+    /// when each will.
+    fn by_tenants(&self) -> String {
+        let mut counts: Vec<usize> = self.rows.iter().map(|r| r.tenants).collect();
+        counts.sort_unstable();
+        counts.dedup();
+        let mut cells = Vec::new();
+        for n in counts {
+            for (costs, rows, _) in self.at_both_costs() {
+                let rows: Vec<RandomRow> =
+                    rows.iter().filter(|r| r.tenants == n).cloned().collect();
+                let mut row = summary_cells(&n.to_string(), costs, &rows);
+                row.pop(); // seconds per run: the per-machine table has them
+                cells.push(row);
+            }
+        }
+        let mut s = String::from(
+            "## By tenants sharing the LLC\n\nA target alone is judged by its own windows; \
+             the tenants of a shared LLC take turns to search, are judged as a group, and \
+             start again when one of them starts or stops, while the oracle knows offline \
+             when each will.\n\n",
+        );
+        s += &table(
+            &[
+                "tenants",
+                "costs",
+                "runs",
+                "worst speedup",
+                "below 0.99",
+                "oracle gains ≥ 5%",
+                "median of oracle",
+                "90th-pct-worst of oracle",
+                "worst tenant (shared runs)",
+            ],
+            "rlrrrrrrr",
+            &cells,
+        );
         s
     }
 
@@ -780,6 +823,33 @@ mod tests {
                 page.contains(&format!("| **all** | {costs} | 1 | 2.04% |")),
                 "{page}"
             );
+        }
+    }
+
+    #[test]
+    fn the_page_shows_the_runs_by_how_many_tenants_share_the_llc() {
+        // A target alone that loses at the machine's costs, and a pair whose second
+        // tenant pays at both.
+        let alone = row(0, 0.97, 1.0, vec![0.97]);
+        let pair = row(1, 1.1, 1.2, vec![1.3, 0.9]);
+        let page = RandomCampaign::new(
+            "test".into(),
+            1,
+            2000.0,
+            &LoopConfig::default(),
+            vec![
+                case(alone, row(0, 1.0, 1.0, vec![1.0])),
+                case(pair.clone(), pair),
+            ],
+        )
+        .markdown();
+        for line in [
+            "| 1 | window's | 1 | 1.000 | 0 (0.0%) | 0 | - | - | - |",
+            "| 1 | machine's | 1 | 0.970 | 1 (100.0%) | 0 | - | - | - |",
+            "| 2 | window's | 1 | 1.100 | 0 (0.0%) | 1 | 0.917 | 0.917 | 0.900 |",
+            "| 2 | machine's | 1 | 1.100 | 0 (0.0%) | 1 | 0.917 | 0.917 | 0.900 |",
+        ] {
+            assert!(page.contains(line), "{line} not in:\n{page}");
         }
     }
 
