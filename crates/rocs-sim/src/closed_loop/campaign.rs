@@ -652,10 +652,9 @@ fn targets_of(rows: &[RandomRow], s: &RandomSummary) -> Vec<TargetCheck> {
             detail: s
                 .worst_tenant
                 .map_or("no multi-tenant runs".into(), |(i, v)| {
-                    format!(
-                        "{} runs over the bound; worst tenant {v:.3} (run {i})",
-                        s.tenants_over_bound
-                    )
+                    let n = s.tenants_over_bound;
+                    let runs = if n == 1 { "run" } else { "runs" };
+                    format!("{n} {runs} over the bound; worst tenant {v:.3} (run {i})")
                 }),
         },
     ]
