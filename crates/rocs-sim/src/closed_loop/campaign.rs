@@ -438,22 +438,8 @@ impl RandomCampaign {
                 cells.push(summary_cells(m, costs, &rows));
             }
         }
-        s += &table(
-            &[
-                "machine",
-                "costs",
-                "runs",
-                "worst speedup",
-                "below 0.99",
-                "oracle gains ≥ 5%",
-                "median of oracle",
-                "90th-pct-worst of oracle",
-                "worst tenant (shared runs)",
-                "seconds per run",
-            ],
-            "llrrrrrrrr",
-            &cells,
-        );
+        let header: Vec<&str> = std::iter::once("machine").chain(SUMMARY_COLUMNS).collect();
+        s += &table(&header, "llrrrrrrrr", &cells);
         s += &self.by_tenants();
         s += &targets(&self.targets());
         s += &self.where_losses_go(&machines);
@@ -505,21 +491,11 @@ impl RandomCampaign {
              start again when one of them starts or stops, while the oracle knows offline \
              when each will.\n\n",
         );
-        s += &table(
-            &[
-                "tenants",
-                "costs",
-                "runs",
-                "worst speedup",
-                "below 0.99",
-                "oracle gains ≥ 5%",
-                "median of oracle",
-                "90th-pct-worst of oracle",
-                "worst tenant (shared runs)",
-            ],
-            "rlrrrrrrr",
-            &cells,
-        );
+        let columns = &SUMMARY_COLUMNS[..SUMMARY_COLUMNS.len() - 1];
+        let header: Vec<&str> = std::iter::once("tenants")
+            .chain(columns.iter().copied())
+            .collect();
+        s += &table(&header, "rlrrrrrrr", &cells);
         s
     }
 
@@ -706,6 +682,19 @@ fn row_cells(r: &RandomRow) -> Vec<String> {
         ),
     ]
 }
+
+/// The columns of [`summary_cells`] after its label.
+const SUMMARY_COLUMNS: [&str; 9] = [
+    "costs",
+    "runs",
+    "worst speedup",
+    "below 0.99",
+    "oracle gains ≥ 5%",
+    "median of oracle",
+    "90th-pct-worst of oracle",
+    "worst tenant (shared runs)",
+    "seconds per run",
+];
 
 fn summary_cells(label: &str, costs: &str, rows: &[RandomRow]) -> Vec<String> {
     let s = RandomSummary::of(rows);
