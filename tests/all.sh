@@ -16,6 +16,9 @@ command -v perf >/dev/null || need+=(linux-perf)
 command -v xz >/dev/null || need+=(xz-utils)
 command -v systemd-analyze >/dev/null || need+=(systemd)  # rocsd.service verify (daemon/tests/service.rs)
 command -v chromium >/dev/null || need+=(chromium)  # the profile SVG in a real browser (rocs-cli/tests/client_daemon.rs)
+# The kernel's Intel model numbers, which rocs-linux/tests/prefetch_models.rs checks ours by.
+ls /usr/src/linux-headers-*/arch/x86/include/asm/intel-family.h >/dev/null 2>&1 ||
+    need+=(linux-headers-amd64)
 if [ ${#need[@]} -gt 0 ]; then
     step "installing ${need[*]}"
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null

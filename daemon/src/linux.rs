@@ -9,7 +9,10 @@
 //!   software stand-ins and sampling the page-fault plan, which exercise the perf plumbing
 //!   but measure no cache event (labelled "observe-only" everywhere): nothing is searched,
 //!   and with the shim only the pages named by `rocsctl confine` or a policy move;
-//! - `pmu = "replay:FILE"`: samples and counters from a script (tests; said as a notice).
+//! - `pmu = "replay:FILE"`: samples and counters from a script (tests; said as a notice);
+//! - `prefetchers_off_while_profiling`: each domain's L2 prefetchers off while one of its
+//!   targets profiles (said as a notice); refused at start where the CPU or the msr driver
+//!   does not allow it.
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
@@ -25,8 +28,8 @@ use rocs_linux::plan::software_page_fault_plan;
 use rocs_linux::shim::{ShimClient, ShimConfig};
 use rocs_linux::{
     detect_geometry, domain_of, llc_domains, mapped_ranges, present_pages, process_cpus,
-    select_plan, CpuInfo, EventChoice, EventPlan, KernelVersion, LinuxPlatform, PmuInventory,
-    ReplayPmu, ReplayScript,
+    select_plan, CpuInfo, EventChoice, EventPlan, KernelVersion, L2PrefetchSwitch, LinuxPlatform,
+    PmuInventory, ReplayPmu, ReplayScript,
 };
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
@@ -46,6 +49,10 @@ pub struct LinuxSetup {
     /// The colours the shim's pollute buffer was configured with.
     shim_pollute: Vec<Colour>,
     page_shift: u32,
+    /// The machine's LLC domains: the CPUs of each.
+    domains: Vec<Vec<u32>>,
+    /// Each domain's L2 prefetcher switch, with `prefetchers_off_while_profiling`.
+    prefetch: Option<Vec<L2PrefetchSwitch>>,
 }
 
 impl LinuxSetup {
@@ -109,6 +116,26 @@ impl LinuxSetup {
                 None
             }
         };
+        let domains = llc_domains(Path::new("/sys"));
+        let prefetch = if config.prefetchers_off_while_profiling {
+            rocs_linux::prefetch::supported(&cpu)
+                .context("prefetchers_off_while_profiling = true in rocsd.toml")?;
+            let switches = domains
+                .iter()
+                .map(|cpus| L2PrefetchSwitch::open(Path::new("/dev/cpu"), cpus))
+                .collect::<Result<Vec<_>, _>>()
+                .context("prefetchers_off_while_profiling = true in rocsd.toml")?;
+            notices.push(
+                "L2 PREFETCHERS OFF WHILE PROFILING: while a target profiles, the L2 \
+                 prefetchers of its LLC domain's CPUs are off (MSR 0x1A4 bits 0-1), for every \
+                 program on them, and back as they were after \
+                 (prefetchers_off_while_profiling in rocsd.toml)"
+                    .to_string(),
+            );
+            Some(switches)
+        } else {
+            None
+        };
         let capability = if observe_only {
             Capability::ObserveOnly
         } else if shim.is_none() {
@@ -124,6 +151,8 @@ impl LinuxSetup {
             shim,
             shim_pollute,
             page_shift: page_size.trailing_zeros(),
+            domains,
+            prefetch,
         })
     }
 }
@@ -213,7 +242,8 @@ pub fn start(
         llc: daemon.llc,
         window: Duration::from_millis(daemon.config.window_ms),
     });
-    let cpus = llc_domains(Path::new("/sys"));
+    let cpus = setup.domains;
+    let mut prefetch = setup.prefetch.map(Vec::into_iter);
     tracing::info!(
         "{} LLC domain(s): {}",
         cpus.len(),
@@ -226,7 +256,7 @@ pub fn start(
     let mut hosts = Vec::new();
     for index in 0..cpus.len() {
         let (tx, rx) = mpsc::channel(64);
-        let host = DomainHost {
+        let mut host = DomainHost {
             daemon: daemon.clone(),
             shared: shared.clone(),
             index,
@@ -243,6 +273,9 @@ pub fn start(
                 ),
             },
         };
+        if let Some(switch) = prefetch.as_mut().and_then(Iterator::next) {
+            host.platform.switch_prefetchers(switch);
+        }
         tasks.push(tokio::spawn(host.run(rx)));
         hosts.push(tx);
     }
@@ -480,7 +513,7 @@ impl DomainHost {
             HostCommand::Exited { pid } => {
                 self.named.remove(&pid);
                 if self.domain.exited(&mut self.platform, pid).is_some() {
-                    self.platform.forget(pid);
+                    self.forget(pid);
                     self.daemon.unregister(pid);
                 }
             }
@@ -491,7 +524,7 @@ impl DomainHost {
                     .release(&mut self.platform, pid, restore)
                     .is_some()
                 {
-                    self.platform.forget(pid);
+                    self.forget(pid);
                     self.daemon.unregister(pid);
                 }
             }
@@ -530,6 +563,7 @@ impl DomainHost {
         if let Some(llc) = &shared.llc {
             controller.set_llc(llc);
         }
+        controller.set_sampling_pauses_prefetch(self.platform.pauses_prefetch());
         tracing::info!(pid, comm = %comm, domain = self.index, "attached under policy {policy}");
         if shared.shim.is_some() && controller.pollute_colours() != shared.shim_pollute {
             tracing::warn!(
@@ -551,6 +585,13 @@ impl DomainHost {
         self.domain.attach(target, controller);
         if self.daemon.paused() {
             self.domain.command(&mut self.platform, pid, Command::Pause);
+        }
+    }
+
+    /// Close `pid`'s events; were it profiling, its domain's prefetchers no longer wait for it.
+    fn forget(&mut self, pid: Pid) {
+        if let Err(e) = self.platform.forget(pid) {
+            tracing::error!(pid, domain = self.index, "{e}");
         }
     }
 

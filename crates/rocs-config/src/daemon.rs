@@ -12,6 +12,8 @@
 //! window_ms = 100                   # measurement window on linux
 //! restore_on_exit = true            # move confined pages back when rocsd stops
 //! allow_observe_only = false        # run without a PMU (software events only)
+//! prefetchers_off_while_profiling = false  # L2 prefetchers off while a target profiles
+//!                                   # (Intel: MSR 0x1A4 through /dev/cpu/N/msr)
 //! pmu = "auto"                      # or "replay:FILE": scripted samples and counters (tests)
 //! client_timeout_ms = 10000         # a control client must send a line within this
 //! metrics = "9477"                  # Prometheus metrics on 127.0.0.1:9477 (a port alone
@@ -167,6 +169,9 @@ pub struct DaemonConfig {
     pub window_ms: u64,
     pub restore_on_exit: bool,
     pub allow_observe_only: bool,
+    /// Switch the L2 prefetchers of a target's LLC domain off while it profiles, as ROCS
+    /// profiled (rocs_linux::prefetch); refused at start where that cannot be done.
+    pub prefetchers_off_while_profiling: bool,
     pub pmu: PmuChoice,
     pub client_timeout_ms: u64,
     pub metrics: Option<SocketAddr>,
@@ -190,6 +195,7 @@ impl Default for DaemonConfig {
             window_ms: 100,
             restore_on_exit: true,
             allow_observe_only: false,
+            prefetchers_off_while_profiling: false,
             pmu: PmuChoice::Auto,
             client_timeout_ms: 10_000,
             metrics: None,
@@ -213,6 +219,7 @@ struct RawConfig {
     window_ms: Option<Spanned<u64>>,
     restore_on_exit: Option<bool>,
     allow_observe_only: Option<bool>,
+    prefetchers_off_while_profiling: Option<bool>,
     pmu: Option<Spanned<String>>,
     client_timeout_ms: Option<Spanned<u64>>,
     metrics: Option<Spanned<String>>,
@@ -314,6 +321,9 @@ impl DaemonConfig {
         }
         if let Some(o) = raw.allow_observe_only {
             c.allow_observe_only = o;
+        }
+        if let Some(p) = raw.prefetchers_off_while_profiling {
+            c.prefetchers_off_while_profiling = p;
         }
         if let Some(p) = raw.pmu {
             c.pmu = pmu_choice(&src, p)?;
@@ -533,6 +543,10 @@ mod tests {
         assert_eq!(c.metrics, None, "metrics are off unless asked for");
         assert!(c.restore_on_exit);
         assert!(!c.allow_observe_only);
+        assert!(
+            !c.prefetchers_off_while_profiling,
+            "the machine's prefetchers are not touched unless asked"
+        );
         assert_eq!(c.pmu, PmuChoice::Auto, "never a replay unless named");
     }
 

@@ -149,6 +149,7 @@ pub fn run(sys_root: &Path) -> DoctorReport {
     checks.push(capabilities_check(caps));
     checks.push(thp_check());
     checks.push(shim_check());
+    checks.push(prefetch_check(&cpu));
     checks.push(geometry_check(sys_root, &cpu));
     DoctorReport {
         checks,
@@ -442,6 +443,29 @@ fn shim_check() -> Check {
             ),
             Some(shim.what_to_do),
         )
+    }
+}
+
+/// Whether rocsd could switch the L2 prefetchers off while it profiles (rocsd.toml's
+/// `prefetchers_off_while_profiling`); CPU 0 stands for the others.
+fn prefetch_check(cpu: &CpuInfo) -> Check {
+    let name = "prefetchers";
+    let opened = crate::prefetch::supported(cpu)
+        .and_then(|()| crate::prefetch::L2PrefetchSwitch::open(Path::new("/dev/cpu"), &[0]));
+    match opened {
+        Ok(_) => check(
+            name,
+            Status::Yes,
+            "the L2 prefetchers can be switched off while a target profiles (MSR 0x1A4): \
+             prefetchers_off_while_profiling = true in rocsd.toml does it",
+            None,
+        ),
+        Err(e) => check(
+            name,
+            Status::Info,
+            format!("rocsd cannot switch the L2 prefetchers off while profiling: {e}"),
+            None,
+        ),
     }
 }
 

@@ -15,6 +15,7 @@ pub mod perfdata;
 pub mod plan;
 pub mod platform;
 pub mod pmu;
+pub mod prefetch;
 pub mod procs;
 pub mod record;
 pub mod replay;
@@ -36,5 +37,6 @@ pub use platform::{
     LinuxPlatformError,
 };
 pub use pmu::{PmuDevice, PmuInventory};
+pub use prefetch::{L2PrefetchSwitch, PrefetchError};
 pub use replay::{ReplayError, ReplayPmu, ReplayScript};
 pub use sampler::{LinuxSampler, SamplerError, SamplingStats};

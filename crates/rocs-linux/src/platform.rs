@@ -15,6 +15,7 @@ use rocs_core::{
 
 use crate::counters::CounterEvents;
 use crate::geometry::{page_size, parse_cpu_list};
+use crate::prefetch::{L2PrefetchSwitch, PrefetchError};
 use crate::procs::ProcRoot;
 use crate::replay::ReplayPmu;
 use crate::shim::{ShimClient, ShimError};
@@ -31,6 +32,8 @@ pub enum LinuxPlatformError {
     Shim(#[from] ShimError),
     #[error("the rocs_shim kernel module is not available: pages cannot move")]
     NoShim,
+    #[error(transparent)]
+    Prefetch(#[from] PrefetchError),
     #[error("reading /proc/{pid}/maps: {source}")]
     Maps {
         pid: Pid,
@@ -55,6 +58,10 @@ enum Pmu {
 pub struct LinuxPlatform {
     pmu: Pmu,
     shim: Option<Arc<Mutex<ShimClient>>>,
+    /// The domain's L2 prefetchers, off while any of `sampling` profiles (rocsd.toml's
+    /// `prefetchers_off_while_profiling`).
+    prefetch: Option<L2PrefetchSwitch>,
+    sampling: BTreeSet<Pid>,
 }
 
 impl LinuxPlatform {
@@ -67,13 +74,42 @@ impl LinuxPlatform {
             sampler: LinuxSampler::new(plan),
             counters: LinuxCounters::new(counter_events),
         };
-        LinuxPlatform { pmu, shim }
+        LinuxPlatform::with_pmu(pmu, shim)
     }
 
     /// Samples and counters from `replay`'s script; pages move through the real shim.
     pub fn with_replay(replay: ReplayPmu, shim: Option<Arc<Mutex<ShimClient>>>) -> Self {
-        let pmu = Pmu::Replay(replay);
-        LinuxPlatform { pmu, shim }
+        LinuxPlatform::with_pmu(Pmu::Replay(replay), shim)
+    }
+
+    fn with_pmu(pmu: Pmu, shim: Option<Arc<Mutex<ShimClient>>>) -> Self {
+        LinuxPlatform {
+            pmu,
+            shim,
+            prefetch: None,
+            sampling: BTreeSet::new(),
+        }
+    }
+
+    /// Switch `prefetch`'s CPUs' L2 prefetchers off while a target samples.
+    pub fn switch_prefetchers(&mut self, prefetch: L2PrefetchSwitch) {
+        self.prefetch = Some(prefetch);
+    }
+
+    /// Whether a target's profile runs with the L2 prefetchers off (for its controller:
+    /// `Controller::set_sampling_pauses_prefetch`).
+    pub fn pauses_prefetch(&self) -> bool {
+        self.prefetch.is_some()
+    }
+
+    /// `pid` no longer samples: the last to stop gives the prefetchers back.
+    fn done_sampling(&mut self, pid: Pid) -> Result<(), LinuxPlatformError> {
+        match &mut self.prefetch {
+            Some(prefetch) if self.sampling.remove(&pid) && self.sampling.is_empty() => {
+                Ok(prefetch.release()?)
+            }
+            _ => Ok(()),
+        }
     }
 
     fn shim(&self) -> Result<std::sync::MutexGuard<'_, ShimClient>, LinuxPlatformError> {
@@ -85,30 +121,50 @@ impl LinuxPlatform {
             .unwrap_or_else(std::sync::PoisonError::into_inner))
     }
 
-    /// Stop counting `pid` (its events close); a later read starts again.
-    pub fn forget(&mut self, pid: Pid) {
+    /// Stop counting `pid` (its events close); a later read starts again. A target gone
+    /// while it profiled no longer holds the prefetchers off.
+    pub fn forget(&mut self, pid: Pid) -> Result<(), LinuxPlatformError> {
         match &mut self.pmu {
             Pmu::Perf { counters, .. } => counters.forget(pid),
             Pmu::Replay(replay) => replay.forget(pid),
         }
+        self.done_sampling(pid)
     }
 }
 
 impl Sampler for LinuxPlatform {
     type Error = LinuxPlatformError;
     fn start(&mut self, pid: Pid, plan: &SamplingPlan) -> Result<(), Self::Error> {
-        match &mut self.pmu {
-            Pmu::Perf { sampler, .. } => sampler.start(pid, plan)?,
-            Pmu::Replay(replay) => replay.start(pid),
+        // The prefetchers go off before the first sample, so that every sample sees them off.
+        if let Some(prefetch) = &mut self.prefetch {
+            if self.sampling.is_empty() {
+                prefetch.hold()?;
+            }
+            self.sampling.insert(pid);
+        }
+        let started = match &mut self.pmu {
+            Pmu::Perf { sampler, .. } => sampler.start(pid, plan),
+            Pmu::Replay(replay) => {
+                replay.start(pid);
+                Ok(())
+            }
+        };
+        if let Err(e) = started {
+            self.done_sampling(pid)?;
+            return Err(e.into());
         }
         Ok(())
     }
     fn stop(&mut self, pid: Pid) -> Result<(), Self::Error> {
-        match &mut self.pmu {
-            Pmu::Perf { sampler, .. } => sampler.stop(pid)?,
-            Pmu::Replay(replay) => replay.stop(pid),
-        }
-        Ok(())
+        let stopped = match &mut self.pmu {
+            Pmu::Perf { sampler, .. } => sampler.stop(pid),
+            Pmu::Replay(replay) => {
+                replay.stop(pid);
+                Ok(())
+            }
+        };
+        self.done_sampling(pid)?;
+        Ok(stopped?)
     }
     fn drain(&mut self, pid: Pid, out: &mut Vec<MemSample>) -> Result<SampleLoss, Self::Error> {
         Ok(match &mut self.pmu {
@@ -292,6 +348,31 @@ pub fn present_pages(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_prefetchers_are_off_while_any_target_of_the_domain_samples() {
+        let script = "window instructions=1000 cycles=2000 llc_references=100 llc_misses=60\n";
+        let script = crate::ReplayScript::parse(Path::new("r.replay"), script, 4096).unwrap();
+        let mut platform = LinuxPlatform::with_replay(ReplayPmu::new(Arc::new(script), 4096), None);
+        let cpus = crate::prefetch::fake_cpus(&[0, 0]);
+        let register = |cpu| crate::prefetch::register(cpus.path(), cpu);
+        platform.switch_prefetchers(L2PrefetchSwitch::open(cpus.path(), &[0, 1]).unwrap());
+        assert!(platform.pauses_prefetch());
+        let plan = SamplingPlan {
+            period: 1000,
+            cpu_budget: 0.01,
+        };
+        platform.start(7, &plan).unwrap();
+        assert_eq!((register(0), register(1)), (0b11, 0b11));
+        platform.start(8, &plan).unwrap();
+        platform.stop(7).unwrap();
+        assert_eq!(register(1), 0b11, "8 still profiles");
+        // 8 exits while profiling: forgetting it gives the prefetchers back.
+        platform.forget(8).unwrap();
+        assert_eq!((register(0), register(1)), (0, 0));
+        platform.forget(7).unwrap();
+        assert_eq!(register(0), 0, "7 had stopped already");
+    }
 
     fn cache(root: &Path, cpu: u32, index: u32, level: u32, kind: &str, shared: &str) {
         let d = root.join(format!("devices/system/cpu/cpu{cpu}/cache/index{index}"));

@@ -1,0 +1,330 @@
+//! The L2 prefetchers switched off while rocs profiles, as ROCS profiled: prefetched lines
+//! hide a streaming page's misses, so a profile taken with them on ranks streams as reused
+//! (ROCS Fig. 4; the simulated machines' `off_while_sampling`).
+//!
+//! On Intel cores through MSR 0x1A4 (MSR_MISC_FEATURE_CONTROL): bit 0 disables the L2
+//! hardware (streamer) prefetcher, bit 1 the L2 adjacent cache line prefetcher (Intel,
+//! "Disclosure of Hardware Prefetcher Control on Some Intel Processors", 2014, for Nehalem
+//! to Broadwell; Intel's pepc sets the same bits on every later core it lists, through
+//! Granite Rapids). The register is per core (hyperthreads share it); it is read and written
+//! through the msr driver's /dev/cpu/N/msr, at the file offset of the register's number.
+//! Other vendors document no such switch that rocs uses: AMD's and Arm's are refused.
+
+use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use crate::cpu::{CpuInfo, Vendor};
+
+/// MSR_MISC_FEATURE_CONTROL.
+pub const MSR_MISC_FEATURE_CONTROL: u64 = 0x1a4;
+
+/// Its bits that switch the L2 prefetchers off: the streamer (0) and the adjacent line (1).
+pub const L2_PREFETCHERS_OFF: u64 = 0b11;
+
+/// Why the L2 prefetchers cannot be switched here.
+#[derive(Debug, thiserror::Error)]
+pub enum PrefetchError {
+    #[error(
+        "{cpu}: rocs knows no documented L2 prefetcher switch on this CPU (MSR 0x1A4 is \
+         Intel's, on the family-6 cores from Nehalem to Granite Rapids); set \
+         prefetchers_off_while_profiling = false in rocsd.toml"
+    )]
+    Unsupported { cpu: String },
+    // The io errors are in the messages, not sources: a report of the chain says them once.
+    #[error(
+        "opening {path}: {error}; the msr driver gives it (modprobe msr), and writing it \
+         takes root (CAP_SYS_RAWIO)"
+    )]
+    Open {
+        path: PathBuf,
+        error: std::io::Error,
+    },
+    #[error("reading MSR 0x1A4 of CPU {cpu}: {error}")]
+    Read { cpu: u32, error: std::io::Error },
+    #[error("writing MSR 0x1A4 of CPU {cpu}: {error}")]
+    Write { cpu: u32, error: std::io::Error },
+}
+
+/// Intel family-6 models whose MSR 0x1A4 has the L2 prefetcher bits: the disclosure's
+/// (Nehalem to Broadwell) and those Intel's pepc lists after them (to Granite Rapids), each
+/// with its name in the kernel's intel-family.h (a test checks both against the installed
+/// kernel headers).
+pub const INTEL_MODELS: &[(u32, &str)] = &[
+    (0x1e, "NEHALEM"),
+    (0x1f, "NEHALEM_G"),
+    (0x1a, "NEHALEM_EP"),
+    (0x2e, "NEHALEM_EX"),
+    (0x25, "WESTMERE"),
+    (0x2c, "WESTMERE_EP"),
+    (0x2f, "WESTMERE_EX"),
+    (0x2a, "SANDYBRIDGE"),
+    (0x2d, "SANDYBRIDGE_X"),
+    (0x3a, "IVYBRIDGE"),
+    (0x3e, "IVYBRIDGE_X"),
+    (0x3c, "HASWELL"),
+    (0x3f, "HASWELL_X"),
+    (0x45, "HASWELL_L"),
+    (0x46, "HASWELL_G"),
+    (0x3d, "BROADWELL"),
+    (0x47, "BROADWELL_G"),
+    (0x4f, "BROADWELL_X"),
+    (0x56, "BROADWELL_D"),
+    (0x4e, "SKYLAKE_L"),
+    (0x5e, "SKYLAKE"),
+    (0x55, "SKYLAKE_X"),
+    (0x8e, "KABYLAKE_L"),
+    (0x9e, "KABYLAKE"),
+    (0xa5, "COMETLAKE"),
+    (0xa6, "COMETLAKE_L"),
+    (0x66, "CANNONLAKE_L"),
+    (0x6a, "ICELAKE_X"),
+    (0x6c, "ICELAKE_D"),
+    (0x7d, "ICELAKE"),
+    (0x7e, "ICELAKE_L"),
+    (0x9d, "ICELAKE_NNPI"),
+    (0xa7, "ROCKETLAKE"),
+    (0x8c, "TIGERLAKE_L"),
+    (0x8d, "TIGERLAKE"),
+    (0x8f, "SAPPHIRERAPIDS_X"),
+    (0xcf, "EMERALDRAPIDS_X"),
+    (0xad, "GRANITERAPIDS_X"),
+    (0xae, "GRANITERAPIDS_D"),
+    (0x97, "ALDERLAKE"),
+    (0x9a, "ALDERLAKE_L"),
+    (0xb7, "RAPTORLAKE"),
+    (0xba, "RAPTORLAKE_P"),
+    (0xbf, "RAPTORLAKE_S"),
+    (0xac, "METEORLAKE"),
+    (0xaa, "METEORLAKE_L"),
+];
+
+/// Whether this CPU has the switch rocs uses.
+pub fn supported(cpu: &CpuInfo) -> Result<(), PrefetchError> {
+    let known = cpu.vendor == Vendor::Intel
+        && cpu.family == 6
+        && INTEL_MODELS.iter().any(|&(model, _)| model == cpu.model);
+    if known {
+        return Ok(());
+    }
+    Err(PrefetchError::Unsupported {
+        cpu: format!(
+            "{:?} family {} model {:#x} ({})",
+            cpu.vendor, cpu.family, cpu.model, cpu.model_name
+        ),
+    })
+}
+
+/// The L2 prefetchers of a set of CPUs (one LLC domain's), off while any of its holders
+/// asks: the first [`hold`](Self::hold) sets the bits on every CPU, keeping what each
+/// register held; the last [`release`](Self::release) writes that back. Dropped while held,
+/// it writes it back too, so that rocsd never leaves a machine without its prefetchers.
+pub struct L2PrefetchSwitch {
+    msrs: Vec<(u32, File)>,
+    /// Each CPU's register before the bits were set, while they are.
+    saved: BTreeMap<u32, u64>,
+    holders: usize,
+}
+
+impl L2PrefetchSwitch {
+    /// Open the MSR files of `cpus` under `root` (`/dev/cpu` on a real machine) and read each
+    /// register once, so that a machine that cannot switch is known at start, not at the
+    /// first profile.
+    pub fn open(root: &Path, cpus: &[u32]) -> Result<L2PrefetchSwitch, PrefetchError> {
+        let mut msrs = Vec::with_capacity(cpus.len());
+        for &cpu in cpus {
+            let path = root.join(cpu.to_string()).join("msr");
+            let file = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(&path)
+                .map_err(|error| PrefetchError::Open { path, error })?;
+            read_msr(&file, cpu)?;
+            msrs.push((cpu, file));
+        }
+        Ok(L2PrefetchSwitch {
+            msrs,
+            saved: BTreeMap::new(),
+            holders: 0,
+        })
+    }
+
+    /// The CPUs it switches.
+    pub fn cpus(&self) -> impl Iterator<Item = u32> + '_ {
+        self.msrs.iter().map(|(cpu, _)| *cpu)
+    }
+
+    /// Whether the prefetchers are off now.
+    pub fn is_off(&self) -> bool {
+        self.holders > 0
+    }
+
+    /// One more holder wants the prefetchers off.
+    pub fn hold(&mut self) -> Result<(), PrefetchError> {
+        if self.holders == 0 {
+            for (cpu, file) in &self.msrs {
+                if self.saved.contains_key(cpu) {
+                    continue; // not written back after an earlier failure: still off
+                }
+                let before = read_msr(file, *cpu)?;
+                self.saved.insert(*cpu, before);
+                if let Err(e) = write_msr(file, *cpu, before | L2_PREFETCHERS_OFF) {
+                    // Those switched already go back on; what cannot stays saved, for the
+                    // next release or the drop to try again. The write's error is the news.
+                    let _ = self.restore();
+                    return Err(e);
+                }
+            }
+        }
+        self.holders += 1;
+        Ok(())
+    }
+
+    /// One holder is done; the last gives every CPU its register back.
+    pub fn release(&mut self) -> Result<(), PrefetchError> {
+        self.holders = self.holders.saturating_sub(1);
+        if self.holders == 0 {
+            return self.restore();
+        }
+        Ok(())
+    }
+
+    /// Write back every saved register, forgetting those written; the first failure is
+    /// returned, the others still tried.
+    fn restore(&mut self) -> Result<(), PrefetchError> {
+        let mut first = Ok(());
+        for (cpu, file) in &self.msrs {
+            let Some(&before) = self.saved.get(cpu) else {
+                continue;
+            };
+            match write_msr(file, *cpu, before) {
+                Ok(()) => {
+                    self.saved.remove(cpu);
+                }
+                Err(e) => first = first.and(Err(e)),
+            }
+        }
+        first
+    }
+}
+
+impl Drop for L2PrefetchSwitch {
+    fn drop(&mut self) {
+        if let Err(e) = self.restore() {
+            eprintln!("rocs: the L2 prefetchers could not be switched back on: {e}");
+        }
+    }
+}
+
+fn read_msr(file: &File, cpu: u32) -> Result<u64, PrefetchError> {
+    let mut bytes = [0u8; 8];
+    file.read_exact_at(&mut bytes, MSR_MISC_FEATURE_CONTROL)
+        .map_err(|error| PrefetchError::Read { cpu, error })?;
+    Ok(u64::from_le_bytes(bytes))
+}
+
+fn write_msr(file: &File, cpu: u32, value: u64) -> Result<(), PrefetchError> {
+    file.write_all_at(&value.to_le_bytes(), MSR_MISC_FEATURE_CONTROL)
+        .map_err(|error| PrefetchError::Write { cpu, error })
+}
+
+/// A directory laid out as /dev/cpu: one file per CPU whose bytes at offset 0x1A4 stand for
+/// the register (the msr driver reads and writes an MSR at its number's offset).
+#[cfg(test)]
+pub(crate) fn fake_cpus(values: &[u64]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for (cpu, value) in values.iter().enumerate() {
+        let path = dir.path().join(cpu.to_string());
+        std::fs::create_dir(&path).unwrap();
+        let file = File::create(path.join("msr")).unwrap();
+        file.write_all_at(&value.to_le_bytes(), MSR_MISC_FEATURE_CONTROL)
+            .unwrap();
+    }
+    dir
+}
+
+/// The register of `cpu` in a [`fake_cpus`] directory.
+#[cfg(test)]
+pub(crate) fn register(dir: &Path, cpu: u32) -> u64 {
+    let file = File::open(dir.join(cpu.to_string()).join("msr")).unwrap();
+    read_msr(&file, cpu).unwrap()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_first_holder_switches_every_cpu_off_and_the_last_restores_what_each_held() {
+        // CPU 1 has its DCU IP prefetcher (bit 3) off already, set by someone else: it stays.
+        let dir = fake_cpus(&[0, 0b1000]);
+        let mut switch = L2PrefetchSwitch::open(dir.path(), &[0, 1]).unwrap();
+        switch.hold().unwrap();
+        assert_eq!(register(dir.path(), 0), 0b11);
+        assert_eq!(register(dir.path(), 1), 0b1011);
+        switch.hold().unwrap();
+        switch.release().unwrap();
+        assert!(switch.is_off(), "a second holder still profiles");
+        assert_eq!(register(dir.path(), 1), 0b1011);
+        switch.release().unwrap();
+        assert!(!switch.is_off());
+        assert_eq!(register(dir.path(), 0), 0);
+        assert_eq!(register(dir.path(), 1), 0b1000);
+    }
+
+    #[test]
+    fn a_switch_dropped_while_held_gives_the_prefetchers_back() {
+        let dir = fake_cpus(&[0b0100]);
+        let mut switch = L2PrefetchSwitch::open(dir.path(), &[0]).unwrap();
+        switch.hold().unwrap();
+        assert_eq!(register(dir.path(), 0), 0b0111);
+        drop(switch);
+        assert_eq!(register(dir.path(), 0), 0b0100);
+    }
+
+    #[test]
+    fn a_cpu_without_the_msr_driver_is_refused_at_open_saying_what_to_do() {
+        let dir = fake_cpus(&[0]);
+        let err = L2PrefetchSwitch::open(dir.path(), &[0, 1])
+            .err()
+            .expect("CPU 1 has no msr file");
+        let text = err.to_string();
+        assert!(
+            text.contains("1/msr") && text.contains("modprobe msr"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn only_intel_cores_with_the_documented_register_are_supported() {
+        let cpu = |vendor, family, model| CpuInfo {
+            vendor,
+            family,
+            model,
+            implementer: 0,
+            model_name: "test".into(),
+            hypervisor: false,
+            flags: Vec::new(),
+        };
+        assert!(
+            supported(&cpu(Vendor::Intel, 6, 0x8f)).is_ok(),
+            "Sapphire Rapids"
+        );
+        assert!(
+            supported(&cpu(Vendor::Intel, 6, 0x55)).is_ok(),
+            "Skylake-SP"
+        );
+        // Penryn (0x17): before Nehalem the switch was another register (0x1A0).
+        assert!(supported(&cpu(Vendor::Intel, 6, 0x17)).is_err());
+        // Goldmont (0x5c): an Atom, whose bit 1 is not the adjacent line prefetcher.
+        assert!(supported(&cpu(Vendor::Intel, 6, 0x5c)).is_err());
+        let zen4 = supported(&cpu(Vendor::Amd, 25, 0x11))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            zen4.contains("prefetchers_off_while_profiling = false"),
+            "{zen4}"
+        );
+    }
+}
