@@ -8,7 +8,8 @@
 //! to Broadwell; Intel's pepc sets the same bits on every later core it lists, through
 //! Granite Rapids). The register is per core (hyperthreads share it); it is read and written
 //! through the msr driver's /dev/cpu/N/msr, at the file offset of the register's number.
-//! Other vendors document no such switch that rocs uses: AMD's and Arm's are refused.
+//! AMD's prefetch control (MSRC000_0108 in its family-19h PPRs) is not used yet, and Linux
+//! offers no switch for Arm's cores: both are refused.
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
@@ -27,9 +28,9 @@ pub const L2_PREFETCHERS_OFF: u64 = 0b11;
 #[derive(Debug, thiserror::Error)]
 pub enum PrefetchError {
     #[error(
-        "{cpu}: rocs knows no documented L2 prefetcher switch on this CPU (MSR 0x1A4 is \
-         Intel's, on the family-6 cores from Nehalem to Granite Rapids); set \
-         prefetchers_off_while_profiling = false in rocsd.toml"
+        "{cpu}: rocsd switches the L2 prefetchers only on Intel's family-6 cores from \
+         Nehalem to Granite Rapids (MSR 0x1A4); set prefetchers_off_while_profiling = false \
+         in rocsd.toml"
     )]
     Unsupported { cpu: String },
     // The io errors are in the messages, not sources: a report of the chain says them once.

@@ -331,6 +331,13 @@ impl Evaluation {
         );
         let _ = writeln!(
             s,
+            "rocsd switches the L2 prefetchers off while profiling only on Intel cores \
+             (`prefetchers_off_while_profiling`, MSR 0x1A4): it does not use AMD's prefetch \
+             control MSR yet, and Linux offers no switch for Arm's, so on a Zen 4 or a \
+             Neoverse \"rocs, pf on\" is what rocsd gives today.\n"
+        );
+        let _ = writeln!(
+            s,
             "A row's rocs columns again, one run each: `rocsctl sim run --workload W --machine \
              M --scale S --mode rocs --pollute-colours N` (N = the LLC's colours / 16: \
              zen4-like 32, spr-like and neoverse-like 2), with `--prefetch-on-while-profiling` \
