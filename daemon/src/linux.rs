@@ -118,20 +118,20 @@ impl LinuxSetup {
         };
         let domains = llc_domains(Path::new("/sys"));
         let prefetch = if config.prefetchers_off_while_profiling {
-            rocs_linux::prefetch::supported(&cpu)
+            let register = rocs_linux::prefetch::register_here(&cpu)
                 .context("prefetchers_off_while_profiling = true in rocsd.toml")?;
             let switches = domains
                 .iter()
-                .map(|cpus| L2PrefetchSwitch::open(Path::new("/dev/cpu"), cpus))
+                .map(|cpus| L2PrefetchSwitch::open(Path::new("/dev/cpu"), cpus, register))
                 .collect::<Result<Vec<_>, _>>()
                 .context("prefetchers_off_while_profiling = true in rocsd.toml")?;
-            notices.push(
+            notices.push(format!(
                 "L2 PREFETCHERS OFF WHILE PROFILING: while a target profiles, the L2 \
-                 prefetchers of its LLC domain's CPUs are off (MSR 0x1A4 bits 0-1), for every \
-                 program on them, and back as they were after \
-                 (prefetchers_off_while_profiling in rocsd.toml)"
-                    .to_string(),
-            );
+                 prefetchers of its LLC domain's CPUs are off (MSR {:#x}, bits {:#x}), for \
+                 every program on them, and back as they were after \
+                 (prefetchers_off_while_profiling in rocsd.toml)",
+                register.msr, register.off_bits
+            ));
             Some(switches)
         } else {
             None

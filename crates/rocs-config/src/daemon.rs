@@ -13,7 +13,7 @@
 //! restore_on_exit = true            # move confined pages back when rocsd stops
 //! allow_observe_only = false        # run without a PMU (software events only)
 //! prefetchers_off_while_profiling = false  # L2 prefetchers off while a target profiles
-//!                                   # (Intel: MSR 0x1A4 through /dev/cpu/N/msr)
+//!                                   # (Intel and AMD, through /dev/cpu/N/msr)
 //! pmu = "auto"                      # or "replay:FILE": scripted samples and counters (tests)
 //! client_timeout_ms = 10000         # a control client must send a line within this
 //! metrics = "9477"                  # Prometheus metrics on 127.0.0.1:9477 (a port alone

@@ -450,14 +450,19 @@ fn shim_check() -> Check {
 /// `prefetchers_off_while_profiling`); CPU 0 stands for the others.
 fn prefetch_check(cpu: &CpuInfo) -> Check {
     let name = "prefetchers";
-    let opened = crate::prefetch::supported(cpu)
-        .and_then(|()| crate::prefetch::L2PrefetchSwitch::open(Path::new("/dev/cpu"), &[0]));
+    let opened = crate::prefetch::register_here(cpu).and_then(|register| {
+        crate::prefetch::L2PrefetchSwitch::open(Path::new("/dev/cpu"), &[0], register)
+            .map(|_| register)
+    });
     match opened {
-        Ok(_) => check(
+        Ok(register) => check(
             name,
             Status::Yes,
-            "the L2 prefetchers can be switched off while a target profiles (MSR 0x1A4): \
-             prefetchers_off_while_profiling = true in rocsd.toml does it",
+            format!(
+                "the L2 prefetchers can be switched off while a target profiles (MSR {:#x}): \
+                 prefetchers_off_while_profiling = true in rocsd.toml does it",
+                register.msr
+            ),
             None,
         ),
         Err(e) => check(

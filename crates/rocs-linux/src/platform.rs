@@ -354,9 +354,11 @@ mod tests {
         let script = "window instructions=1000 cycles=2000 llc_references=100 llc_misses=60\n";
         let script = crate::ReplayScript::parse(Path::new("r.replay"), script, 4096).unwrap();
         let mut platform = LinuxPlatform::with_replay(ReplayPmu::new(Arc::new(script), 4096), None);
-        let cpus = crate::prefetch::fake_cpus(&[0, 0]);
-        let register = |cpu| crate::prefetch::register(cpus.path(), cpu);
-        platform.switch_prefetchers(L2PrefetchSwitch::open(cpus.path(), &[0, 1]).unwrap());
+        let intel = crate::prefetch::INTEL;
+        let cpus = crate::prefetch::fake_cpus(intel, &[0, 0]);
+        let register = |cpu| crate::prefetch::register(cpus.path(), intel.msr, cpu);
+        let switch = L2PrefetchSwitch::open(cpus.path(), &[0, 1], intel).unwrap();
+        platform.switch_prefetchers(switch);
         assert!(platform.pauses_prefetch());
         let plan = SamplingPlan {
             period: 1000,

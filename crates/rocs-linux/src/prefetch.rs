@@ -6,10 +6,13 @@
 //! hardware (streamer) prefetcher, bit 1 the L2 adjacent cache line prefetcher (Intel,
 //! "Disclosure of Hardware Prefetcher Control on Some Intel Processors", 2014, for Nehalem
 //! to Broadwell; Intel's pepc sets the same bits on every later core it lists, through
-//! Granite Rapids). The register is per core (hyperthreads share it); it is read and written
-//! through the msr driver's /dev/cpu/N/msr, at the file offset of the register's number.
-//! AMD's prefetch control (MSRC000_0108 in its family-19h PPRs) is not used yet, and Linux
-//! offers no switch for Arm's cores: both are refused.
+//! Granite Rapids). On AMD cores that say so in CPUID Fn8000_0021_EAX[13] (PrefetchCtlMsr)
+//! through MSRC000_0108 (Core::X86::Msr::PrefetchControl, AMD's Processor Programming
+//! Reference for family 19h): bit 3 (L2Stream) disables the L2 stream prefetcher, bit 5
+//! (UpDown) the L2 next-or-previous-line prefetcher. Either register is per core (its
+//! hardware threads share it); it is read and written through the msr driver's
+//! /dev/cpu/N/msr, at the file offset of the register's number. Linux offers no switch for
+//! Arm's cores: they are refused.
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
@@ -18,19 +21,33 @@ use std::path::{Path, PathBuf};
 
 use crate::cpu::{CpuInfo, Vendor};
 
-/// MSR_MISC_FEATURE_CONTROL.
-pub const MSR_MISC_FEATURE_CONTROL: u64 = 0x1a4;
+/// The register that switches a core's L2 prefetchers, and its bits that switch them off.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PrefetchRegister {
+    pub msr: u64,
+    pub off_bits: u64,
+}
 
-/// Its bits that switch the L2 prefetchers off: the streamer (0) and the adjacent line (1).
-pub const L2_PREFETCHERS_OFF: u64 = 0b11;
+/// Intel's MSR_MISC_FEATURE_CONTROL: the L2 streamer (bit 0) and adjacent line (bit 1).
+pub const INTEL: PrefetchRegister = PrefetchRegister {
+    msr: 0x1a4,
+    off_bits: 0b11,
+};
+
+/// AMD's PrefetchControl: L2Stream (bit 3) and UpDown (bit 5).
+pub const AMD: PrefetchRegister = PrefetchRegister {
+    msr: 0xc000_0108,
+    off_bits: 1 << 3 | 1 << 5,
+};
 
 /// Why the L2 prefetchers cannot be switched here.
 #[derive(Debug, thiserror::Error)]
 pub enum PrefetchError {
     #[error(
         "{cpu}: rocsd switches the L2 prefetchers only on Intel's family-6 cores from \
-         Nehalem to Granite Rapids (MSR 0x1A4); set prefetchers_off_while_profiling = false \
-         in rocsd.toml"
+         Nehalem to Granite Rapids (MSR 0x1A4) and on AMD cores with the prefetch control \
+         MSR (CPUID Fn8000_0021_EAX[13]); set prefetchers_off_while_profiling = false in \
+         rocsd.toml"
     )]
     Unsupported { cpu: String },
     // The io errors are in the messages, not sources: a report of the chain says them once.
@@ -42,10 +59,18 @@ pub enum PrefetchError {
         path: PathBuf,
         error: std::io::Error,
     },
-    #[error("reading MSR 0x1A4 of CPU {cpu}: {error}")]
-    Read { cpu: u32, error: std::io::Error },
-    #[error("writing MSR 0x1A4 of CPU {cpu}: {error}")]
-    Write { cpu: u32, error: std::io::Error },
+    #[error("reading MSR {msr:#x} of CPU {cpu}: {error}")]
+    Read {
+        msr: u64,
+        cpu: u32,
+        error: std::io::Error,
+    },
+    #[error("writing MSR {msr:#x} of CPU {cpu}: {error}")]
+    Write {
+        msr: u64,
+        cpu: u32,
+        error: std::io::Error,
+    },
 }
 
 /// Intel family-6 models whose MSR 0x1A4 has the L2 prefetcher bits: the disclosure's
@@ -101,13 +126,24 @@ pub const INTEL_MODELS: &[(u32, &str)] = &[
     (0xaa, "METEORLAKE_L"),
 ];
 
-/// Whether this CPU has the switch rocs uses.
-pub fn supported(cpu: &CpuInfo) -> Result<(), PrefetchError> {
-    let known = cpu.vendor == Vendor::Intel
-        && cpu.family == 6
-        && INTEL_MODELS.iter().any(|&(model, _)| model == cpu.model);
-    if known {
-        return Ok(());
+/// The switch of this machine's CPU (the first in /proc/cpuinfo stands for all).
+pub fn register_here(cpu: &CpuInfo) -> Result<PrefetchRegister, PrefetchError> {
+    register_of(cpu, amd_prefetch_control_msr())
+}
+
+/// The switch of `cpu`, an AMD one's as its CPUID says (`amd_control_msr`).
+pub fn register_of(
+    cpu: &CpuInfo,
+    amd_control_msr: bool,
+) -> Result<PrefetchRegister, PrefetchError> {
+    match cpu.vendor {
+        Vendor::Intel
+            if cpu.family == 6 && INTEL_MODELS.iter().any(|&(model, _)| model == cpu.model) =>
+        {
+            return Ok(INTEL)
+        }
+        Vendor::Amd if amd_control_msr => return Ok(AMD),
+        _ => {}
     }
     Err(PrefetchError::Unsupported {
         cpu: format!(
@@ -117,11 +153,24 @@ pub fn supported(cpu: &CpuInfo) -> Result<(), PrefetchError> {
     })
 }
 
+/// CPUID Fn8000_0021_EAX[13], PrefetchCtlMsr: this AMD core has MSRC000_0108.
+fn amd_prefetch_control_msr() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::__cpuid;
+        let leaf = 0x8000_0021;
+        __cpuid(0x8000_0000).eax >= leaf && __cpuid(leaf).eax >> 13 & 1 == 1
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
 /// The L2 prefetchers of a set of CPUs (one LLC domain's), off while any of its holders
 /// asks: the first [`hold`](Self::hold) sets the bits on every CPU, keeping what each
 /// register held; the last [`release`](Self::release) writes that back. Dropped while held,
 /// it writes it back too, so that rocsd never leaves a machine without its prefetchers.
 pub struct L2PrefetchSwitch {
+    register: PrefetchRegister,
     msrs: Vec<(u32, File)>,
     /// Each CPU's register before the bits were set, while they are.
     saved: BTreeMap<u32, u64>,
@@ -132,7 +181,11 @@ impl L2PrefetchSwitch {
     /// Open the MSR files of `cpus` under `root` (`/dev/cpu` on a real machine) and read each
     /// register once, so that a machine that cannot switch is known at start, not at the
     /// first profile.
-    pub fn open(root: &Path, cpus: &[u32]) -> Result<L2PrefetchSwitch, PrefetchError> {
+    pub fn open(
+        root: &Path,
+        cpus: &[u32],
+        register: PrefetchRegister,
+    ) -> Result<L2PrefetchSwitch, PrefetchError> {
         let mut msrs = Vec::with_capacity(cpus.len());
         for &cpu in cpus {
             let path = root.join(cpu.to_string()).join("msr");
@@ -141,10 +194,11 @@ impl L2PrefetchSwitch {
                 .write(true)
                 .open(&path)
                 .map_err(|error| PrefetchError::Open { path, error })?;
-            read_msr(&file, cpu)?;
+            read_msr(&file, register.msr, cpu)?;
             msrs.push((cpu, file));
         }
         Ok(L2PrefetchSwitch {
+            register,
             msrs,
             saved: BTreeMap::new(),
             holders: 0,
@@ -168,9 +222,10 @@ impl L2PrefetchSwitch {
                 if self.saved.contains_key(cpu) {
                     continue; // not written back after an earlier failure: still off
                 }
-                let before = read_msr(file, *cpu)?;
+                let msr = self.register.msr;
+                let before = read_msr(file, msr, *cpu)?;
                 self.saved.insert(*cpu, before);
-                if let Err(e) = write_msr(file, *cpu, before | L2_PREFETCHERS_OFF) {
+                if let Err(e) = write_msr(file, msr, *cpu, before | self.register.off_bits) {
                     // Those switched already go back on; what cannot stays saved, for the
                     // next release or the drop to try again. The write's error is the news.
                     let _ = self.restore();
@@ -199,7 +254,7 @@ impl L2PrefetchSwitch {
             let Some(&before) = self.saved.get(cpu) else {
                 continue;
             };
-            match write_msr(file, *cpu, before) {
+            match write_msr(file, self.register.msr, *cpu, before) {
                 Ok(()) => {
                     self.saved.remove(cpu);
                 }
@@ -218,28 +273,28 @@ impl Drop for L2PrefetchSwitch {
     }
 }
 
-fn read_msr(file: &File, cpu: u32) -> Result<u64, PrefetchError> {
+fn read_msr(file: &File, msr: u64, cpu: u32) -> Result<u64, PrefetchError> {
     let mut bytes = [0u8; 8];
-    file.read_exact_at(&mut bytes, MSR_MISC_FEATURE_CONTROL)
-        .map_err(|error| PrefetchError::Read { cpu, error })?;
+    file.read_exact_at(&mut bytes, msr)
+        .map_err(|error| PrefetchError::Read { msr, cpu, error })?;
     Ok(u64::from_le_bytes(bytes))
 }
 
-fn write_msr(file: &File, cpu: u32, value: u64) -> Result<(), PrefetchError> {
-    file.write_all_at(&value.to_le_bytes(), MSR_MISC_FEATURE_CONTROL)
-        .map_err(|error| PrefetchError::Write { cpu, error })
+fn write_msr(file: &File, msr: u64, cpu: u32, value: u64) -> Result<(), PrefetchError> {
+    file.write_all_at(&value.to_le_bytes(), msr)
+        .map_err(|error| PrefetchError::Write { msr, cpu, error })
 }
 
 /// A directory laid out as /dev/cpu: one file per CPU whose bytes at offset 0x1A4 stand for
 /// the register (the msr driver reads and writes an MSR at its number's offset).
 #[cfg(test)]
-pub(crate) fn fake_cpus(values: &[u64]) -> tempfile::TempDir {
+pub(crate) fn fake_cpus(register: PrefetchRegister, values: &[u64]) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     for (cpu, value) in values.iter().enumerate() {
         let path = dir.path().join(cpu.to_string());
         std::fs::create_dir(&path).unwrap();
         let file = File::create(path.join("msr")).unwrap();
-        file.write_all_at(&value.to_le_bytes(), MSR_MISC_FEATURE_CONTROL)
+        file.write_all_at(&value.to_le_bytes(), register.msr)
             .unwrap();
     }
     dir
@@ -247,9 +302,9 @@ pub(crate) fn fake_cpus(values: &[u64]) -> tempfile::TempDir {
 
 /// The register of `cpu` in a [`fake_cpus`] directory.
 #[cfg(test)]
-pub(crate) fn register(dir: &Path, cpu: u32) -> u64 {
+pub(crate) fn register(dir: &Path, msr: u64, cpu: u32) -> u64 {
     let file = File::open(dir.join(cpu.to_string()).join("msr")).unwrap();
-    read_msr(&file, cpu).unwrap()
+    read_msr(&file, msr, cpu).unwrap()
 }
 
 #[cfg(test)]
@@ -259,35 +314,45 @@ mod tests {
     #[test]
     fn the_first_holder_switches_every_cpu_off_and_the_last_restores_what_each_held() {
         // CPU 1 has its DCU IP prefetcher (bit 3) off already, set by someone else: it stays.
-        let dir = fake_cpus(&[0, 0b1000]);
-        let mut switch = L2PrefetchSwitch::open(dir.path(), &[0, 1]).unwrap();
+        let dir = fake_cpus(INTEL, &[0, 0b1000]);
+        let reg = |cpu| register(dir.path(), INTEL.msr, cpu);
+        let mut switch = L2PrefetchSwitch::open(dir.path(), &[0, 1], INTEL).unwrap();
         switch.hold().unwrap();
-        assert_eq!(register(dir.path(), 0), 0b11);
-        assert_eq!(register(dir.path(), 1), 0b1011);
+        assert_eq!((reg(0), reg(1)), (0b11, 0b1011));
         switch.hold().unwrap();
         switch.release().unwrap();
         assert!(switch.is_off(), "a second holder still profiles");
-        assert_eq!(register(dir.path(), 1), 0b1011);
+        assert_eq!(reg(1), 0b1011);
         switch.release().unwrap();
         assert!(!switch.is_off());
-        assert_eq!(register(dir.path(), 0), 0);
-        assert_eq!(register(dir.path(), 1), 0b1000);
+        assert_eq!((reg(0), reg(1)), (0, 0b1000));
+    }
+
+    #[test]
+    fn on_amd_the_two_l2_prefetchers_of_prefetch_control_go_off() {
+        // L1Stream (bit 0) off already; MasterEnable (bit 6) as Zen 5 resets it: both stay.
+        let dir = fake_cpus(AMD, &[0b100_0001]);
+        let mut switch = L2PrefetchSwitch::open(dir.path(), &[0], AMD).unwrap();
+        switch.hold().unwrap();
+        assert_eq!(register(dir.path(), AMD.msr, 0), 0b110_1001);
+        switch.release().unwrap();
+        assert_eq!(register(dir.path(), AMD.msr, 0), 0b100_0001);
     }
 
     #[test]
     fn a_switch_dropped_while_held_gives_the_prefetchers_back() {
-        let dir = fake_cpus(&[0b0100]);
-        let mut switch = L2PrefetchSwitch::open(dir.path(), &[0]).unwrap();
+        let dir = fake_cpus(INTEL, &[0b0100]);
+        let mut switch = L2PrefetchSwitch::open(dir.path(), &[0], INTEL).unwrap();
         switch.hold().unwrap();
-        assert_eq!(register(dir.path(), 0), 0b0111);
+        assert_eq!(register(dir.path(), INTEL.msr, 0), 0b0111);
         drop(switch);
-        assert_eq!(register(dir.path(), 0), 0b0100);
+        assert_eq!(register(dir.path(), INTEL.msr, 0), 0b0100);
     }
 
     #[test]
     fn a_cpu_without_the_msr_driver_is_refused_at_open_saying_what_to_do() {
-        let dir = fake_cpus(&[0]);
-        let err = L2PrefetchSwitch::open(dir.path(), &[0, 1])
+        let dir = fake_cpus(INTEL, &[0]);
+        let err = L2PrefetchSwitch::open(dir.path(), &[0, 1], INTEL)
             .err()
             .expect("CPU 1 has no msr file");
         let text = err.to_string();
@@ -298,7 +363,7 @@ mod tests {
     }
 
     #[test]
-    fn only_intel_cores_with_the_documented_register_are_supported() {
+    fn only_cores_with_a_documented_register_are_switched() {
         let cpu = |vendor, family, model| CpuInfo {
             vendor,
             family,
@@ -308,24 +373,20 @@ mod tests {
             hypervisor: false,
             flags: Vec::new(),
         };
-        assert!(
-            supported(&cpu(Vendor::Intel, 6, 0x8f)).is_ok(),
-            "Sapphire Rapids"
-        );
-        assert!(
-            supported(&cpu(Vendor::Intel, 6, 0x55)).is_ok(),
-            "Skylake-SP"
-        );
+        let intel = |model| register_of(&cpu(Vendor::Intel, 6, model), false).ok();
+        assert_eq!(intel(0x8f), Some(INTEL), "Sapphire Rapids");
+        assert_eq!(intel(0x55), Some(INTEL), "Skylake-SP");
         // Penryn (0x17): before Nehalem the switch was another register (0x1A0).
-        assert!(supported(&cpu(Vendor::Intel, 6, 0x17)).is_err());
+        assert_eq!(intel(0x17), None);
         // Goldmont (0x5c): an Atom, whose bit 1 is not the adjacent line prefetcher.
-        assert!(supported(&cpu(Vendor::Intel, 6, 0x5c)).is_err());
-        let zen4 = supported(&cpu(Vendor::Amd, 25, 0x11))
-            .unwrap_err()
-            .to_string();
+        assert_eq!(intel(0x5c), None);
+        let zen4 = cpu(Vendor::Amd, 25, 0x11);
+        assert_eq!(register_of(&zen4, true).ok(), Some(AMD));
+        let without = register_of(&zen4, false).unwrap_err().to_string();
         assert!(
-            zen4.contains("prefetchers_off_while_profiling = false"),
-            "{zen4}"
+            without.contains("prefetchers_off_while_profiling = false"),
+            "{without}"
         );
+        assert!(register_of(&cpu(Vendor::Arm, 8, 0xd40), true).is_err());
     }
 }

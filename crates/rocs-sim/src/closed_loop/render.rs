@@ -331,10 +331,9 @@ impl Evaluation {
         );
         let _ = writeln!(
             s,
-            "rocsd switches the L2 prefetchers off while profiling only on Intel cores \
-             (`prefetchers_off_while_profiling`, MSR 0x1A4): it does not use AMD's prefetch \
-             control MSR yet, and Linux offers no switch for Arm's, so on a Zen 4 or a \
-             Neoverse \"rocs, pf on\" is what rocsd gives today.\n"
+            "rocsd switches the L2 prefetchers off while profiling on Intel and AMD cores \
+             (`prefetchers_off_while_profiling`: MSR 0x1A4, MSRC000_0108); Linux offers no \
+             switch for Arm's, so on a Neoverse \"rocs, pf on\" is what rocsd gives.\n"
         );
         let _ = writeln!(
             s,
