@@ -52,8 +52,9 @@ pub enum PrefetchError {
     Unsupported { cpu: String },
     // The io errors are in the messages, not sources: a report of the chain says them once.
     #[error(
-        "opening {path}: {error}; the msr driver gives it (modprobe msr), and writing it \
-         takes root (CAP_SYS_RAWIO)"
+        "opening {path}: {error}; the msr driver gives it (modprobe msr), and opening it \
+         takes CAP_SYS_RAWIO and, under systemd, the unit's leave (config/rocsd.service \
+         says how)"
     )]
     Open {
         path: PathBuf,
@@ -65,7 +66,10 @@ pub enum PrefetchError {
         cpu: u32,
         error: std::io::Error,
     },
-    #[error("writing MSR {msr:#x} of CPU {cpu}: {error}")]
+    #[error(
+        "writing MSR {msr:#x} of CPU {cpu}: {error} (a kernel in lockdown, or booted with \
+         msr.allow_writes=off, refuses every MSR write)"
+    )]
     Write {
         msr: u64,
         cpu: u32,
