@@ -209,11 +209,6 @@ impl L2PrefetchSwitch {
         })
     }
 
-    /// The CPUs it switches.
-    pub fn cpus(&self) -> impl Iterator<Item = u32> + '_ {
-        self.msrs.iter().map(|(cpu, _)| *cpu)
-    }
-
     /// Whether the prefetchers are off now.
     pub fn is_off(&self) -> bool {
         self.holders > 0
@@ -222,22 +217,28 @@ impl L2PrefetchSwitch {
     /// One more holder wants the prefetchers off.
     pub fn hold(&mut self) -> Result<(), PrefetchError> {
         if self.holders == 0 {
-            for (cpu, file) in &self.msrs {
-                if self.saved.contains_key(cpu) {
-                    continue; // not written back after an earlier failure: still off
-                }
-                let msr = self.register.msr;
-                let before = read_msr(file, msr, *cpu)?;
-                self.saved.insert(*cpu, before);
-                if let Err(e) = write_msr(file, msr, *cpu, before | self.register.off_bits) {
-                    // Those switched already go back on; what cannot stays saved, for the
-                    // next release or the drop to try again. The write's error is the news.
-                    let _ = self.restore();
-                    return Err(e);
-                }
+            if let Err(e) = self.switch_off() {
+                // Those switched already go back on (what cannot stays saved, for the next
+                // release or the drop to try again); the failure to switch is the news.
+                let _ = self.restore();
+                return Err(e);
             }
         }
         self.holders += 1;
+        Ok(())
+    }
+
+    /// Set the off bits on every CPU not off already, saving what each register held.
+    fn switch_off(&mut self) -> Result<(), PrefetchError> {
+        let msr = self.register.msr;
+        for (cpu, file) in &self.msrs {
+            if self.saved.contains_key(cpu) {
+                continue; // not written back after an earlier failure: still off
+            }
+            let before = read_msr(file, msr, *cpu)?;
+            write_msr(file, msr, *cpu, before | self.register.off_bits)?;
+            self.saved.insert(*cpu, before);
+        }
         Ok(())
     }
 
@@ -341,6 +342,18 @@ mod tests {
         assert_eq!(register(dir.path(), AMD.msr, 0), 0b110_1001);
         switch.release().unwrap();
         assert_eq!(register(dir.path(), AMD.msr, 0), 0b100_0001);
+    }
+
+    #[test]
+    fn a_cpu_that_fails_leaves_none_switched() {
+        let dir = fake_cpus(INTEL, &[0b0100, 0]);
+        let mut switch = L2PrefetchSwitch::open(dir.path(), &[0, 1], INTEL).unwrap();
+        // CPU 1's register can no longer be read (its file emptied after the open).
+        File::create(dir.path().join("1/msr")).unwrap();
+        let err = switch.hold().unwrap_err().to_string();
+        assert!(err.contains("reading MSR 0x1a4 of CPU 1"), "{err}");
+        assert!(!switch.is_off());
+        assert_eq!(register(dir.path(), INTEL.msr, 0), 0b0100, "CPU 0 back on");
     }
 
     #[test]
