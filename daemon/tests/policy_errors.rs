@@ -3,8 +3,6 @@
 
 mod common;
 
-use std::process::Command;
-
 use serde_json::json;
 
 const CONFIG: &str = r#"
@@ -33,21 +31,7 @@ fn at_start_the_error_is_one_line_with_file_line_and_column() {
     std::fs::create_dir(&policy_dir).unwrap();
     let bad = policy_dir.join("10-bad.toml");
     std::fs::write(&bad, UNCLOSED).unwrap();
-    let conf = dir.path().join("rocsd.toml");
-    std::fs::write(
-        &conf,
-        format!(
-            "policy_dir = {:?}\n{CONFIG}",
-            policy_dir.display().to_string()
-        ),
-    )
-    .unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_rocsd"))
-        .args(["--check", "--config"])
-        .arg(&conf)
-        .env("ROCSD_LOG", "info")
-        .output()
-        .unwrap();
+    let out = common::check_with_policies(CONFIG, &policy_dir);
     assert!(!out.status.success());
     let log = String::from_utf8_lossy(&out.stderr);
     let errors = error_lines(&log);

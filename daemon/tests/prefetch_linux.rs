@@ -2,33 +2,17 @@
 //! L2 prefetchers (and says so at start) or refuses to start, saying why and what to do; it
 //! never profiles with them on when told to switch them off.
 
-use std::process::Command;
+mod common;
 
 #[test]
 fn rocsd_switches_the_prefetchers_or_refuses_to_start_saying_why() {
-    let dir = tempfile::tempdir().unwrap();
-    let policy_dir = dir.path().join("policy.d");
-    std::fs::create_dir(&policy_dir).unwrap();
-    let conf = dir.path().join("rocsd.toml");
-    std::fs::write(
-        &conf,
-        format!(
-            "platform = \"linux\"\nallow_observe_only = true\n\
-             prefetchers_off_while_profiling = true\npolicy_dir = {:?}\n",
-            policy_dir.display().to_string()
-        ),
-    )
-    .unwrap();
     // --check probes the machine as a start does, then says what would run.
-    let out = Command::new(env!("CARGO_BIN_EXE_rocsd"))
-        .args(["--check", "--config"])
-        .arg(&conf)
-        .env("ROCSD_LOG", "info")
-        .output()
-        .unwrap();
+    let out = common::check(
+        "platform = \"linux\"\nallow_observe_only = true\nprefetchers_off_while_profiling = true\n",
+    );
     let log = String::from_utf8_lossy(&out.stderr);
     if out.status.success() {
-        // A machine that allows it (an Intel core, the msr driver, root).
+        // A machine that allows it (an Intel or AMD core with the switch, the msr driver, root).
         assert!(log.contains("L2 PREFETCHERS OFF WHILE PROFILING"), "{log}");
     } else {
         assert!(

@@ -12,6 +12,29 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+/// `rocsd --check` on `config` (rocsd.toml text; `policy_dir` is filled in): it loads the
+/// settings and policies and probes the machine as a start does, then exits.
+pub fn check(config: &str) -> std::process::Output {
+    let dir = tempfile::tempdir().unwrap();
+    let policy_dir = dir.path().join("policy.d");
+    std::fs::create_dir(&policy_dir).unwrap();
+    check_with_policies(config, &policy_dir)
+}
+
+/// [`check`] with the policies of `policy_dir`.
+pub fn check_with_policies(config: &str, policy_dir: &Path) -> std::process::Output {
+    let dir = tempfile::tempdir().unwrap();
+    let conf = dir.path().join("rocsd.toml");
+    let policy_dir = policy_dir.display().to_string();
+    std::fs::write(&conf, format!("policy_dir = {policy_dir:?}\n{config}")).unwrap();
+    Command::new(env!("CARGO_BIN_EXE_rocsd"))
+        .args(["--check", "--config"])
+        .arg(&conf)
+        .env("ROCSD_LOG", "info")
+        .output()
+        .unwrap()
+}
+
 /// A running rocsd, killed when dropped; its log is kept for failure messages.
 pub struct Rocsd {
     pub child: Option<Child>,
