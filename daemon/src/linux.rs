@@ -273,7 +273,8 @@ pub fn start(
                 ),
             },
         };
-        if let Some(switch) = prefetch.as_mut().and_then(Iterator::next) {
+        if let Some(mut switch) = prefetch.as_mut().and_then(Iterator::next) {
+            recover_prefetchers(&mut switch, &daemon.config.socket);
             host.platform.switch_prefetchers(switch);
         }
         tasks.push(tokio::spawn(host.run(rx)));
@@ -282,6 +283,25 @@ pub fn start(
     let domains = Domains { cpus, hosts };
     tasks.push(tokio::spawn(scan_loop(daemon.clone(), domains, shutdown)));
     tasks
+}
+
+/// Keep the domain's prefetcher ledger beside the control socket (in /run/rocs under
+/// systemd), and first give back the prefetchers a rocsd killed while a target profiled
+/// left off there.
+fn recover_prefetchers(switch: &mut L2PrefetchSwitch, socket: &Path) {
+    let ledger = socket
+        .parent()
+        .unwrap_or(Path::new("/run/rocs"))
+        .join("prefetchers");
+    match switch.recover(&ledger) {
+        Ok(cpus) if cpus.is_empty() => {}
+        Ok(cpus) => tracing::warn!(
+            "the L2 prefetchers of CPUs {cpus:?} were left off by a rocsd that stopped while a \
+             target profiled ({}): given back as they were",
+            ledger.display()
+        ),
+        Err(e) => tracing::error!("giving back the L2 prefetchers an earlier rocsd left off: {e}"),
+    }
 }
 
 /// The machine's LLC domains and the task that serves each.

@@ -60,6 +60,8 @@ pub enum PrefetchError {
         path: PathBuf,
         error: std::io::Error,
     },
+    #[error("{path}: {error}")]
+    Ledger { path: PathBuf, error: String },
     #[error("reading MSR {msr:#x} of CPU {cpu}: {error}")]
     Read {
         msr: u64,
@@ -172,13 +174,18 @@ fn amd_prefetch_control_msr() -> bool {
 /// The L2 prefetchers of a set of CPUs (one LLC domain's), off while any of its holders
 /// asks: the first [`hold`](Self::hold) sets the bits on every CPU, keeping what each
 /// register held; the last [`release`](Self::release) writes that back. Dropped while held,
-/// it writes it back too, so that rocsd never leaves a machine without its prefetchers.
+/// it writes it back too, so that rocsd never leaves a machine without its prefetchers; and
+/// with a ledger (see [`recover`](Self::recover)) a rocsd killed while they were off leaves
+/// the next what it needs to give them back.
 pub struct L2PrefetchSwitch {
     register: PrefetchRegister,
     msrs: Vec<(u32, File)>,
     /// Each CPU's register before the bits were set, while they are.
     saved: BTreeMap<u32, u64>,
     holders: usize,
+    /// A folder holding, while a CPU's bits are set, a file `cpuN` with what its register
+    /// held before (in hex).
+    ledger: Option<PathBuf>,
 }
 
 impl L2PrefetchSwitch {
@@ -206,7 +213,30 @@ impl L2PrefetchSwitch {
             msrs,
             saved: BTreeMap::new(),
             holders: 0,
+            ledger: None,
         })
+    }
+
+    /// Keep a ledger in `dir` from now on, and first give back every register of these
+    /// CPUs that a ledger there says an earlier switch left off (its rocsd killed while a
+    /// target profiled). Returns the CPUs given back.
+    pub fn recover(&mut self, dir: &Path) -> Result<Vec<u32>, PrefetchError> {
+        let mut given_back = Vec::new();
+        for (cpu, file) in &self.msrs {
+            let path = ledger_file(dir, *cpu);
+            let text = match std::fs::read_to_string(&path) {
+                Ok(text) => text,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(ledger_error(&path, e)),
+            };
+            let before = u64::from_str_radix(text.trim().trim_start_matches("0x"), 16)
+                .map_err(|_| ledger_error(&path, format!("{text:?} is not a register value")))?;
+            write_msr(file, self.register.msr, *cpu, before)?;
+            std::fs::remove_file(&path).map_err(|e| ledger_error(&path, e))?;
+            given_back.push(*cpu);
+        }
+        self.ledger = Some(dir.to_path_buf());
+        Ok(given_back)
     }
 
     /// Whether the prefetchers are off now.
@@ -236,7 +266,20 @@ impl L2PrefetchSwitch {
                 continue; // not written back after an earlier failure: still off
             }
             let before = read_msr(file, msr, *cpu)?;
-            write_msr(file, msr, *cpu, before | self.register.off_bits)?;
+            // The ledger first: a rocsd killed between the two leaves a register unchanged
+            // and a ledger the next gives back as it was.
+            if let Some(dir) = &self.ledger {
+                std::fs::create_dir_all(dir).map_err(|e| ledger_error(dir, e))?;
+                let path = ledger_file(dir, *cpu);
+                std::fs::write(&path, format!("{before:#x}\n"))
+                    .map_err(|e| ledger_error(&path, e))?;
+            }
+            if let Err(e) = write_msr(file, msr, *cpu, before | self.register.off_bits) {
+                if let Some(dir) = &self.ledger {
+                    let _ = forget_in_ledger(dir, *cpu); // unchanged: nothing to give back
+                }
+                return Err(e);
+            }
             self.saved.insert(*cpu, before);
         }
         Ok(())
@@ -259,11 +302,15 @@ impl L2PrefetchSwitch {
             let Some(&before) = self.saved.get(cpu) else {
                 continue;
             };
-            match write_msr(file, self.register.msr, *cpu, before) {
-                Ok(()) => {
-                    self.saved.remove(cpu);
+            let written = write_msr(file, self.register.msr, *cpu, before).and_then(|()| {
+                self.saved.remove(cpu);
+                match &self.ledger {
+                    Some(dir) => forget_in_ledger(dir, *cpu),
+                    None => Ok(()),
                 }
-                Err(e) => first = first.and(Err(e)),
+            });
+            if let Err(e) = written {
+                first = first.and(Err(e));
             }
         }
         first
@@ -275,6 +322,25 @@ impl Drop for L2PrefetchSwitch {
         if let Err(e) = self.restore() {
             eprintln!("rocs: the L2 prefetchers could not be switched back on: {e}");
         }
+    }
+}
+
+fn ledger_file(dir: &Path, cpu: u32) -> PathBuf {
+    dir.join(format!("cpu{cpu}"))
+}
+
+fn ledger_error(path: &Path, error: impl std::fmt::Display) -> PrefetchError {
+    PrefetchError::Ledger {
+        path: path.to_path_buf(),
+        error: error.to_string(),
+    }
+}
+
+fn forget_in_ledger(dir: &Path, cpu: u32) -> Result<(), PrefetchError> {
+    let path = ledger_file(dir, cpu);
+    match std::fs::remove_file(&path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(ledger_error(&path, e)),
+        _ => Ok(()),
     }
 }
 
@@ -354,6 +420,25 @@ mod tests {
         assert!(err.contains("reading MSR 0x1a4 of CPU 1"), "{err}");
         assert!(!switch.is_off());
         assert_eq!(register(dir.path(), INTEL.msr, 0), 0b0100, "CPU 0 back on");
+    }
+
+    #[test]
+    fn a_switch_killed_while_held_is_undone_by_the_next_from_its_ledger() {
+        let dir = fake_cpus(INTEL, &[0b0100, 0]);
+        let ledger = dir.path().join("ledger");
+        let mut first = L2PrefetchSwitch::open(dir.path(), &[0, 1], INTEL).unwrap();
+        assert!(first.recover(&ledger).unwrap().is_empty());
+        first.hold().unwrap();
+        assert_eq!(register(dir.path(), INTEL.msr, 0), 0b0111);
+        std::mem::forget(first); // killed: no release, no drop
+        let mut next = L2PrefetchSwitch::open(dir.path(), &[0, 1], INTEL).unwrap();
+        assert_eq!(next.recover(&ledger).unwrap(), vec![0, 1]);
+        assert_eq!(register(dir.path(), INTEL.msr, 0), 0b0100);
+        assert_eq!(register(dir.path(), INTEL.msr, 1), 0);
+        // A switch that releases leaves no ledger behind.
+        next.hold().unwrap();
+        next.release().unwrap();
+        assert_eq!(std::fs::read_dir(&ledger).unwrap().count(), 0);
     }
 
     #[test]
