@@ -88,6 +88,14 @@ done
 # The second target of daemon.sh: the same program under another command name.
 cp "$INITRD_ROOT/rocstarget" "$INITRD_ROOT/rocsheap"
 cp "$WORK/kmod/rocs_shim.ko" "$INITRD_ROOT/rocs_shim.ko"
+# The kernel's msr driver, for rocsd's prefetcher switch (daemon.sh, scenario 5).
+msr_ko=$(find "/lib/modules/$KVER/kernel/arch/x86/kernel" -name 'msr.ko*' | head -n 1)
+case "$msr_ko" in
+*.xz) xz -dc "$msr_ko" >"$INITRD_ROOT/msr.ko" ;;
+*.zst) zstd -qdc "$msr_ko" >"$INITRD_ROOT/msr.ko" ;;
+"") echo "tests/vm: no msr.ko in /lib/modules/$KVER" >&2; exit 1 ;;
+*) cp "$msr_ko" "$INITRD_ROOT/msr.ko" ;;
+esac
 
 # glibc binaries run in the guest with the shared libraries they need copied alongside
 # (the toolchain here has no musl target to add, and these are what users run), debug
@@ -172,12 +180,15 @@ chmod +x "$INITRD_ROOT/init"
 DEBUG_ARGS="page_poison=1 slub_debug=FZPU"
 
 # --- boot: two NUMA nodes (the move_pages comparison), serial console to a file ---------
+# An Intel CPU model that TCG emulates whole (no warnings), so that rocsd's prefetcher
+# switch takes it for a core with MSR 0x1A4 (Westmere, model 0x2c); TCG itself keeps no
+# such register (a write is dropped, a read gives 0).
 LOG=$WORK/console.log
 say "booting (qemu -accel tcg, timeout ${TIMEOUT}s)"
 start=$(date +%s)
 : >"$LOG"
 set +e
-timeout "$TIMEOUT" qemu-system-x86_64 -accel tcg -cpu max -m 1G -smp 2,sockets=2,cores=1,threads=1 \
+timeout "$TIMEOUT" qemu-system-x86_64 -accel tcg -cpu Westmere-v1 -m 1G -smp 2,sockets=2,cores=1,threads=1 \
     -object memory-backend-ram,id=m0,size=512M -object memory-backend-ram,id=m1,size=512M \
     -numa node,nodeid=0,cpus=0,memdev=m0 -numa node,nodeid=1,cpus=1,memdev=m1 \
     -kernel "/boot/vmlinuz-$KVER" -initrd "$WORK/initramfs.gz" \
