@@ -127,8 +127,8 @@ impl LinuxSetup {
                 .context("prefetchers_off_while_profiling = true in rocsd.toml")?;
             notices.push(format!(
                 "L2 PREFETCHERS OFF WHILE PROFILING: while a target profiles, the L2 \
-                 prefetchers of its LLC domain's CPUs are off (MSR {:#x}, bits {:#x}), for \
-                 every program on them, and back as they were after \
+                 prefetchers of the CPUs of its LLC domain it may run on are off (MSR {:#x}, \
+                 bits {:#x}), for every program on them, and back as they were after \
                  (prefetchers_off_while_profiling in rocsd.toml)",
                 register.msr, register.off_bits
             ));

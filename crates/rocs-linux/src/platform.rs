@@ -4,7 +4,8 @@
 //! LLC domains: the sets of CPUs that share one last-level cache (a socket, an AMD CCX),
 //! so that one engine serves each.
 
-use std::collections::BTreeSet;
+use std::collections::btree_map::Entry;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
@@ -58,10 +59,11 @@ enum Pmu {
 pub struct LinuxPlatform {
     pmu: Pmu,
     shim: Option<Arc<Mutex<ShimClient>>>,
-    /// The domain's L2 prefetchers, off while any of `sampling` profiles (rocsd.toml's
+    /// The domain's L2 prefetchers, off on a target's CPUs while it profiles (rocsd.toml's
     /// `prefetchers_off_while_profiling`).
     prefetch: Option<L2PrefetchSwitch>,
-    sampling: BTreeSet<Pid>,
+    /// The targets profiling, and the CPUs each holds the prefetchers off on.
+    sampling: BTreeMap<Pid, Vec<u32>>,
 }
 
 impl LinuxPlatform {
@@ -87,7 +89,7 @@ impl LinuxPlatform {
             pmu,
             shim,
             prefetch: None,
-            sampling: BTreeSet::new(),
+            sampling: BTreeMap::new(),
         }
     }
 
@@ -102,12 +104,11 @@ impl LinuxPlatform {
         self.prefetch.is_some()
     }
 
-    /// `pid` no longer samples: the last to stop gives the prefetchers back.
+    /// `pid` no longer samples: the last to stop on each of its CPUs gives the prefetchers
+    /// there back.
     fn done_sampling(&mut self, pid: Pid) -> Result<(), LinuxPlatformError> {
-        match &mut self.prefetch {
-            Some(prefetch) if self.sampling.remove(&pid) && self.sampling.is_empty() => {
-                Ok(prefetch.release()?)
-            }
+        match (&mut self.prefetch, self.sampling.remove(&pid)) {
+            (Some(prefetch), Some(cpus)) => Ok(prefetch.release(&cpus)?),
             _ => Ok(()),
         }
     }
@@ -135,12 +136,20 @@ impl LinuxPlatform {
 impl Sampler for LinuxPlatform {
     type Error = LinuxPlatformError;
     fn start(&mut self, pid: Pid, plan: &SamplingPlan) -> Result<(), Self::Error> {
-        // The prefetchers go off before the first sample, so that every sample sees them off.
-        if let Some(prefetch) = &mut self.prefetch {
-            if self.sampling.is_empty() {
-                prefetch.hold()?;
+        // The prefetchers go off before the first sample, so that every sample sees them off:
+        // on the CPUs of the domain the target may run on (a pinned target's sharers on other
+        // cores keep theirs, as the simulator switches the profiled core alone), on all of
+        // them when that is not known.
+        if let (Some(prefetch), Entry::Vacant(entry)) =
+            (&mut self.prefetch, self.sampling.entry(pid))
+        {
+            let (allowed, _) = process_cpus(Path::new("/proc"), pid);
+            let mut cpus: Vec<u32> = prefetch.cpus().filter(|c| allowed.contains(c)).collect();
+            if cpus.is_empty() {
+                cpus = prefetch.cpus().collect();
             }
-            self.sampling.insert(pid);
+            prefetch.hold(&cpus)?;
+            entry.insert(cpus);
         }
         let started = match &mut self.pmu {
             Pmu::Perf { sampler, .. } => sampler.start(pid, plan),
@@ -359,6 +368,8 @@ mod tests {
         let register = |cpu| crate::prefetch::register(cpus.path(), intel.msr, cpu);
         let switch = L2PrefetchSwitch::open(cpus.path(), &[0, 1], intel).unwrap();
         platform.switch_prefetchers(switch);
+        // Pids 7 and 8 are not this machine's processes (no CPU list): every CPU of the
+        // domain goes off for them.
         assert!(platform.pauses_prefetch());
         let plan = SamplingPlan {
             period: 1000,
@@ -374,6 +385,38 @@ mod tests {
         assert_eq!((register(0), register(1)), (0, 0));
         platform.forget(7).unwrap();
         assert_eq!(register(0), 0, "7 had stopped already");
+    }
+
+    #[test]
+    fn a_target_s_prefetchers_go_off_only_on_the_cpus_it_may_run_on() {
+        let script = "window instructions=1000 cycles=2000 llc_references=100 llc_misses=60\n";
+        let script = crate::ReplayScript::parse(Path::new("r.replay"), script, 4096).unwrap();
+        let mut platform = LinuxPlatform::with_replay(ReplayPmu::new(Arc::new(script), 4096), None);
+        // This test's own process: a CPU it may run on, and one no machine has.
+        let me = std::process::id() as Pid;
+        let (allowed, _) = process_cpus(Path::new("/proc"), me);
+        let (mine, none) = (allowed[0], 4095);
+        let intel = crate::prefetch::INTEL;
+        let dir = tempfile::tempdir().unwrap();
+        for cpu in [mine, none] {
+            let file = dir.path().join(cpu.to_string());
+            std::fs::create_dir(&file).unwrap();
+            std::fs::File::create(file.join("msr"))
+                .unwrap()
+                .set_len(intel.msr + 8)
+                .unwrap();
+        }
+        let register = |cpu| crate::prefetch::register(dir.path(), intel.msr, cpu);
+        platform
+            .switch_prefetchers(L2PrefetchSwitch::open(dir.path(), &[mine, none], intel).unwrap());
+        let plan = SamplingPlan {
+            period: 1000,
+            cpu_budget: 0.01,
+        };
+        platform.start(me, &plan).unwrap();
+        assert_eq!((register(mine), register(none)), (0b11, 0));
+        platform.stop(me).unwrap();
+        assert_eq!(register(mine), 0);
     }
 
     fn cache(root: &Path, cpu: u32, index: u32, level: u32, kind: &str, shared: &str) {

@@ -171,9 +171,9 @@ fn amd_prefetch_control_msr() -> bool {
     false
 }
 
-/// The L2 prefetchers of a set of CPUs (one LLC domain's), off while any of its holders
-/// asks: the first [`hold`](Self::hold) sets the bits on every CPU, keeping what each
-/// register held; the last [`release`](Self::release) writes that back. Dropped while held,
+/// The L2 prefetchers of a set of CPUs (one LLC domain's), each off while any holder asks
+/// for it: the first [`hold`](Self::hold) of a CPU sets its bits, keeping what its register
+/// held; the last [`release`](Self::release) of it writes that back. Dropped while held,
 /// it writes it back too, so that rocsd never leaves a machine without its prefetchers; and
 /// with a ledger (see [`recover`](Self::recover)) a rocsd killed while they were off leaves
 /// the next what it needs to give them back.
@@ -182,7 +182,8 @@ pub struct L2PrefetchSwitch {
     msrs: Vec<(u32, File)>,
     /// Each CPU's register before the bits were set, while they are.
     saved: BTreeMap<u32, u64>,
-    holders: usize,
+    /// How many holders want each CPU's prefetchers off (CPUs nobody holds are absent).
+    holds: BTreeMap<u32, usize>,
     /// A folder holding, while a CPU's bits are set, a file `cpuN` with what its register
     /// held before (in hex).
     ledger: Option<PathBuf>,
@@ -212,7 +213,7 @@ impl L2PrefetchSwitch {
             register,
             msrs,
             saved: BTreeMap::new(),
-            holders: 0,
+            holds: BTreeMap::new(),
             ledger: None,
         })
     }
@@ -239,31 +240,43 @@ impl L2PrefetchSwitch {
         Ok(given_back)
     }
 
-    /// Whether the prefetchers are off now.
-    pub fn is_off(&self) -> bool {
-        self.holders > 0
+    /// The CPUs it switches.
+    pub fn cpus(&self) -> impl Iterator<Item = u32> + '_ {
+        self.msrs.iter().map(|(cpu, _)| *cpu)
     }
 
-    /// One more holder wants the prefetchers off.
-    pub fn hold(&mut self) -> Result<(), PrefetchError> {
-        if self.holders == 0 {
-            if let Err(e) = self.switch_off() {
-                // Those switched already go back on (what cannot stays saved, for the next
-                // release or the drop to try again); the failure to switch is the news.
-                let _ = self.restore();
-                return Err(e);
+    /// Whether any CPU's prefetchers are off now.
+    pub fn is_off(&self) -> bool {
+        !self.holds.is_empty()
+    }
+
+    /// One more holder wants the prefetchers of `cpus` off (those of its own).
+    pub fn hold(&mut self, cpus: &[u32]) -> Result<(), PrefetchError> {
+        let newly: Vec<u32> = cpus
+            .iter()
+            .copied()
+            .filter(|cpu| !self.holds.contains_key(cpu))
+            .collect();
+        if let Err(e) = self.switch_off(&newly) {
+            // Those switched already go back on (what cannot stays saved, for the next
+            // release or the drop to try again); the failure to switch is the news.
+            let _ = self.restore(&newly);
+            return Err(e);
+        }
+        for (cpu, _) in &self.msrs {
+            if cpus.contains(cpu) {
+                *self.holds.entry(*cpu).or_default() += 1;
             }
         }
-        self.holders += 1;
         Ok(())
     }
 
-    /// Set the off bits on every CPU not off already, saving what each register held.
-    fn switch_off(&mut self) -> Result<(), PrefetchError> {
+    /// Set the off bits on those of `cpus` not off already, saving what each register held.
+    fn switch_off(&mut self, cpus: &[u32]) -> Result<(), PrefetchError> {
         let msr = self.register.msr;
         for (cpu, file) in &self.msrs {
-            if self.saved.contains_key(cpu) {
-                continue; // not written back after an earlier failure: still off
+            if !cpus.contains(cpu) || self.saved.contains_key(cpu) {
+                continue; // not asked, or not written back after an earlier failure
             }
             let before = read_msr(file, msr, *cpu)?;
             // The ledger first: a rocsd killed between the two leaves a register unchanged
@@ -285,21 +298,27 @@ impl L2PrefetchSwitch {
         Ok(())
     }
 
-    /// One holder is done; the last gives every CPU its register back.
-    pub fn release(&mut self) -> Result<(), PrefetchError> {
-        self.holders = self.holders.saturating_sub(1);
-        if self.holders == 0 {
-            return self.restore();
+    /// A holder of `cpus` is done; the last of each gives its register back.
+    pub fn release(&mut self, cpus: &[u32]) -> Result<(), PrefetchError> {
+        let mut free = Vec::new();
+        for cpu in cpus {
+            if let Some(holders) = self.holds.get_mut(cpu) {
+                *holders -= 1;
+                if *holders == 0 {
+                    self.holds.remove(cpu);
+                    free.push(*cpu);
+                }
+            }
         }
-        Ok(())
+        self.restore(&free)
     }
 
-    /// Write back every saved register, forgetting those written; the first failure is
-    /// returned, the others still tried.
-    fn restore(&mut self) -> Result<(), PrefetchError> {
+    /// Write back the saved registers of `cpus`, forgetting those written; the first
+    /// failure is returned, the others still tried.
+    fn restore(&mut self, cpus: &[u32]) -> Result<(), PrefetchError> {
         let mut first = Ok(());
         for (cpu, file) in &self.msrs {
-            let Some(&before) = self.saved.get(cpu) else {
+            let Some(&before) = self.saved.get(cpu).filter(|_| cpus.contains(cpu)) else {
                 continue;
             };
             let written = write_msr(file, self.register.msr, *cpu, before).and_then(|()| {
@@ -319,7 +338,8 @@ impl L2PrefetchSwitch {
 
 impl Drop for L2PrefetchSwitch {
     fn drop(&mut self) {
-        if let Err(e) = self.restore() {
+        let saved: Vec<u32> = self.saved.keys().copied().collect();
+        if let Err(e) = self.restore(&saved) {
             eprintln!("rocs: the L2 prefetchers could not be switched back on: {e}");
         }
     }
@@ -388,15 +408,34 @@ mod tests {
         let dir = fake_cpus(INTEL, &[0, 0b1000]);
         let reg = |cpu| register(dir.path(), INTEL.msr, cpu);
         let mut switch = L2PrefetchSwitch::open(dir.path(), &[0, 1], INTEL).unwrap();
-        switch.hold().unwrap();
+        switch.hold(&[0, 1]).unwrap();
         assert_eq!((reg(0), reg(1)), (0b11, 0b1011));
-        switch.hold().unwrap();
-        switch.release().unwrap();
+        switch.hold(&[0, 1]).unwrap();
+        switch.release(&[0, 1]).unwrap();
         assert!(switch.is_off(), "a second holder still profiles");
         assert_eq!(reg(1), 0b1011);
-        switch.release().unwrap();
+        switch.release(&[0, 1]).unwrap();
         assert!(!switch.is_off());
         assert_eq!((reg(0), reg(1)), (0, 0b1000));
+    }
+
+    #[test]
+    fn a_holder_of_some_cpus_leaves_the_others_on() {
+        let dir = fake_cpus(INTEL, &[0, 0, 0]);
+        let reg = |cpu| register(dir.path(), INTEL.msr, cpu);
+        let mut switch = L2PrefetchSwitch::open(dir.path(), &[0, 1, 2], INTEL).unwrap();
+        switch.hold(&[1]).unwrap();
+        switch.hold(&[1, 2]).unwrap();
+        assert_eq!((reg(0), reg(1), reg(2)), (0, 0b11, 0b11));
+        switch.release(&[1]).unwrap();
+        assert_eq!(
+            (reg(1), reg(2)),
+            (0b11, 0b11),
+            "CPU 1 is still held by the second"
+        );
+        switch.release(&[1, 2]).unwrap();
+        assert_eq!((reg(0), reg(1), reg(2)), (0, 0, 0));
+        assert!(!switch.is_off());
     }
 
     #[test]
@@ -404,9 +443,9 @@ mod tests {
         // L1Stream (bit 0) off already; MasterEnable (bit 6) as Zen 5 resets it: both stay.
         let dir = fake_cpus(AMD, &[0b100_0001]);
         let mut switch = L2PrefetchSwitch::open(dir.path(), &[0], AMD).unwrap();
-        switch.hold().unwrap();
+        switch.hold(&[0, 1]).unwrap();
         assert_eq!(register(dir.path(), AMD.msr, 0), 0b110_1001);
-        switch.release().unwrap();
+        switch.release(&[0, 1]).unwrap();
         assert_eq!(register(dir.path(), AMD.msr, 0), 0b100_0001);
     }
 
@@ -416,7 +455,7 @@ mod tests {
         let mut switch = L2PrefetchSwitch::open(dir.path(), &[0, 1], INTEL).unwrap();
         // CPU 1's register can no longer be read (its file emptied after the open).
         File::create(dir.path().join("1/msr")).unwrap();
-        let err = switch.hold().unwrap_err().to_string();
+        let err = switch.hold(&[0, 1]).unwrap_err().to_string();
         assert!(err.contains("reading MSR 0x1a4 of CPU 1"), "{err}");
         assert!(!switch.is_off());
         assert_eq!(register(dir.path(), INTEL.msr, 0), 0b0100, "CPU 0 back on");
@@ -428,7 +467,7 @@ mod tests {
         let ledger = dir.path().join("ledger");
         let mut first = L2PrefetchSwitch::open(dir.path(), &[0, 1], INTEL).unwrap();
         assert!(first.recover(&ledger).unwrap().is_empty());
-        first.hold().unwrap();
+        first.hold(&[0, 1]).unwrap();
         assert_eq!(register(dir.path(), INTEL.msr, 0), 0b0111);
         std::mem::forget(first); // killed: no release, no drop
         let mut next = L2PrefetchSwitch::open(dir.path(), &[0, 1], INTEL).unwrap();
@@ -436,8 +475,8 @@ mod tests {
         assert_eq!(register(dir.path(), INTEL.msr, 0), 0b0100);
         assert_eq!(register(dir.path(), INTEL.msr, 1), 0);
         // A switch that releases leaves no ledger behind.
-        next.hold().unwrap();
-        next.release().unwrap();
+        next.hold(&[0, 1]).unwrap();
+        next.release(&[0, 1]).unwrap();
         assert_eq!(std::fs::read_dir(&ledger).unwrap().count(), 0);
     }
 
@@ -445,7 +484,7 @@ mod tests {
     fn a_switch_dropped_while_held_gives_the_prefetchers_back() {
         let dir = fake_cpus(INTEL, &[0b0100]);
         let mut switch = L2PrefetchSwitch::open(dir.path(), &[0], INTEL).unwrap();
-        switch.hold().unwrap();
+        switch.hold(&[0, 1]).unwrap();
         assert_eq!(register(dir.path(), INTEL.msr, 0), 0b0111);
         drop(switch);
         assert_eq!(register(dir.path(), INTEL.msr, 0), 0b0100);
