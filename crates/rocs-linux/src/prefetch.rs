@@ -443,9 +443,9 @@ mod tests {
         // L1Stream (bit 0) off already; MasterEnable (bit 6) as Zen 5 resets it: both stay.
         let dir = fake_cpus(AMD, &[0b100_0001]);
         let mut switch = L2PrefetchSwitch::open(dir.path(), &[0], AMD).unwrap();
-        switch.hold(&[0, 1]).unwrap();
+        switch.hold(&[0]).unwrap();
         assert_eq!(register(dir.path(), AMD.msr, 0), 0b110_1001);
-        switch.release(&[0, 1]).unwrap();
+        switch.release(&[0]).unwrap();
         assert_eq!(register(dir.path(), AMD.msr, 0), 0b100_0001);
     }
 
@@ -484,7 +484,7 @@ mod tests {
     fn a_switch_dropped_while_held_gives_the_prefetchers_back() {
         let dir = fake_cpus(INTEL, &[0b0100]);
         let mut switch = L2PrefetchSwitch::open(dir.path(), &[0], INTEL).unwrap();
-        switch.hold(&[0, 1]).unwrap();
+        switch.hold(&[0]).unwrap();
         assert_eq!(register(dir.path(), INTEL.msr, 0), 0b0111);
         drop(switch);
         assert_eq!(register(dir.path(), INTEL.msr, 0), 0b0100);
