@@ -404,7 +404,7 @@ impl RunReport {
             }
             if let Some(o) = &m.oracle {
                 println!(
-                    "{:>10}  best k = {} ({} candidates tried{}{})",
+                    "{:>10}  best k = {} ({} candidates tried{}{}{})",
                     "",
                     o.k,
                     o.candidates.len(),
@@ -423,6 +423,14 @@ impl RunReport {
                         format!(
                             "; {} refused: they slowed a tenant beyond max_slowdown",
                             o.refused.len()
+                        )
+                    },
+                    if o.given_up.is_empty() {
+                        String::new()
+                    } else {
+                        format!(
+                            "; {} given up once slower than a placement within that bound",
+                            o.given_up.len()
                         )
                     }
                 );

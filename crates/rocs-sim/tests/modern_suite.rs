@@ -185,7 +185,7 @@ fn the_baseline_stands_for_the_oracles_k_0_and_for_no_cat() {
         .resolve(colours)
         .unwrap();
     let step = baseline.cycles / 100;
-    let k0 = run_with_placements(&make, &[], &[], step, &pollute).unwrap();
+    let k0 = run_with_placements(&make, &[], &[], step, &pollute, None).unwrap();
     assert_eq!(k0, baseline, "the oracle's k = 0 is the baseline");
 
     let mut no_cat = make().unwrap();

@@ -273,11 +273,14 @@ pub struct OracleRun {
     pub k: usize,
     /// The best `k` of every profile, in order.
     pub ks: Vec<usize>,
-    /// Every candidate tried: (profile index, k, cycles).
+    /// Every candidate tried: (profile index, k, cycles; for one given up, its cycles
+    /// then).
     pub candidates: Vec<(usize, usize, u64)>,
     /// Candidates not chosen whatever their cycles because they slowed a tenant by more
     /// than `max_slowdown` against the run with nothing confined: (profile index, k).
     pub refused: Vec<(usize, usize)>,
+    /// Candidates given up once slower than one within that bound: (profile index, k).
+    pub given_up: Vec<(usize, usize)>,
     /// Pages the best `ks` asked to confine that could not be moved (a full pollute
     /// buffer, or not mapped).
     pub pages_not_confined: u64,

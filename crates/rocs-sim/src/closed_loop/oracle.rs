@@ -18,12 +18,15 @@ use crate::RunStats;
 /// confined from that point on (pages of the previous point of the same process that are
 /// not in the new set are restored). Steps of `step` cycles; a point applies at the first
 /// step boundary at which its process has retired the point's instructions.
+/// `give_up_above`: stop at the first step after which a process has run more cycles than
+/// this (the run, however it ends, is then slower than that), and return the counts so far.
 pub fn run_with_placements(
     make: &MachineFactory<'_>,
     points: &[ProfilePoint],
     ks: &[usize],
     step: u64,
     pollute: &[Colour],
+    give_up_above: Option<u64>,
 ) -> Result<RunStats, LoopError> {
     let mut m = make()?;
     m.set_pollute_colours(pollute)?;
@@ -119,6 +122,9 @@ pub fn run_with_placements(
         if !m.run_for_checked(step)? {
             break;
         }
+        if give_up_above.is_some_and(|limit| m.totals().cycles > limit) {
+            break;
+        }
     }
     let mut stats = m.totals();
     stats.pages_not_confined = not_moved.values().sum::<usize>() as u64;
@@ -181,8 +187,38 @@ fn best_within_bound(
     reference: &RunStats,
     cfg: &LoopConfig,
 ) -> usize {
-    let runs = results.iter().map(|(&k, (_, s))| (k, s));
-    fastest_within_bound(runs, reference, &cfg.knobs).unwrap_or(0)
+    fastest_finished(results, reference, cfg).map_or(0, |(k, _)| k)
+}
+
+/// The cycles of the best of `results` so far (see [`best_within_bound`]), if any is
+/// within the bound.
+fn fastest_within_bound_cycles(
+    results: &BTreeMap<usize, (u64, RunStats)>,
+    reference: &RunStats,
+    cfg: &LoopConfig,
+) -> Option<u64> {
+    fastest_finished(results, reference, cfg).map(|(_, stats)| stats.cycles)
+}
+
+/// The fastest of the runs of `results` that ran the workload whole (a run given up is
+/// slower than one of them) within the bound against `reference`.
+fn fastest_finished<'a>(
+    results: &'a BTreeMap<usize, (u64, RunStats)>,
+    reference: &RunStats,
+    cfg: &LoopConfig,
+) -> Option<(usize, &'a RunStats)> {
+    let finished = results
+        .iter()
+        .filter(|(_, (_, s))| !given_up(s, reference))
+        .map(|(&k, (_, s))| (k, s));
+    let k = fastest_within_bound(finished, reference, &cfg.knobs)?;
+    Some((k, &results[&k].1))
+}
+
+/// Whether `run` was given up before the workload ended: it retired fewer instructions
+/// than `reference`, the run with nothing confined, which ran the workload whole.
+fn given_up(run: &RunStats, reference: &RunStats) -> bool {
+    run.instructions < reference.instructions
 }
 
 /// The paper's Best Offline over the rocs run's profiles (`cfg.oracle_grid` candidates
@@ -216,7 +252,7 @@ pub fn run_oracle(
     if points.is_empty() {
         let stats = match nothing_confined {
             Some(stats) => stats.clone(),
-            None => run_with_placements(make, &[], &[], step, pollute)?,
+            None => run_with_placements(make, &[], &[], step, pollute, None)?,
         };
         return Ok(OracleRun {
             simulated_accesses: stats.accesses,
@@ -228,14 +264,17 @@ pub fn run_oracle(
     let mut ks: Vec<usize> = Vec::new();
     let mut tried: Vec<(usize, usize, u64)> = Vec::new();
     let mut refused: Vec<(usize, usize)> = Vec::new();
+    let mut slower: Vec<(usize, usize)> = Vec::new();
     let mut nothing_confined: Option<RunStats> = nothing_confined.cloned();
     let mut best_stats = None;
     let mut simulated_accesses = 0;
     for (j, p) in points.iter().enumerate() {
         let mut results: BTreeMap<usize, (u64, RunStats)> = Default::default();
-        // The candidates of `ks_now` not tried yet, made `cfg.threads` at a time.
+        // The candidates of `ks_now` not tried yet, made `cfg.threads` at a time, each given
+        // up once it runs more cycles than `limit` (see `limit` below).
         let mut eval = |ks_now: &[usize],
-                        results: &mut BTreeMap<usize, (u64, RunStats)>|
+                        results: &mut BTreeMap<usize, (u64, RunStats)>,
+                        limit: Option<u64>|
          -> Result<(), LoopError> {
             let todo: Vec<usize> = ks_now
                 .iter()
@@ -252,7 +291,7 @@ pub fn run_oracle(
                     // The chosen k of every profile so far names the run: the profiles
                     // are the rocs run's, the same for every run of this case.
                     made_or_recalled(kept, &format!("oracle {trial:?}"), || {
-                        run_with_placements(make, &points[..=j], &trial, step, pollute)
+                        run_with_placements(make, &points[..=j], &trial, step, pollute, limit)
                     })
                 },
                 |&k, made| {
@@ -281,14 +320,27 @@ pub fn run_oracle(
             }
             Some(_) => {}
             None => {
-                eval(&[0], &mut results)?;
+                eval(&[0], &mut results, None)?;
                 nothing_confined = Some(results[&0].1.clone());
             }
         }
         let reference = nothing_confined.as_ref().expect("just set");
+        // A candidate slower than one already within the bound cannot be the best: it is
+        // given up there, which spares most of the time the grid's worst placements take
+        // (zen4-like's noisy-neighbour at `--scale auto`: 130 G cycles with nothing
+        // confined, candidates of up to 414 G). `slack` above that, for the coarse pass:
+        // a candidate given up there is beyond `FLAT` of every other, as it would be run
+        // whole. The limit is what was known before the batch, so the runs do not depend
+        // on `cfg.threads`.
+        let limit = |results: &BTreeMap<usize, (u64, RunStats)>, slack: f64| {
+            fastest_within_bound_cycles(results, reference, cfg)
+                .map(|cycles| (cycles as f64 * (1.0 + slack)) as u64)
+        };
         let mut flat = false;
         if cfg.oracle_coarse_first {
-            eval(&coarse(p).into_iter().collect::<Vec<_>>(), &mut results)?;
+            let coarse: Vec<usize> = coarse(p).into_iter().collect();
+            let limit = limit(&results, FLAT);
+            eval(&coarse, &mut results, limit)?;
             let cycles = results.values().map(|(c, _)| *c as f64);
             let (lo, hi) = cycles.fold((f64::INFINITY, 0.0f64), |(lo, hi), c| {
                 (lo.min(c), hi.max(c))
@@ -300,7 +352,9 @@ pub fn run_oracle(
         } else {
             candidates(p, cfg.oracle_grid)
         };
-        eval(&grid.into_iter().collect::<Vec<_>>(), &mut results)?;
+        let grid: Vec<usize> = grid.into_iter().collect();
+        let limit_now = limit(&results, 0.0);
+        eval(&grid, &mut results, limit_now)?;
         // Refine twice around the best: the midpoints to its neighbours.
         for _ in 0..if flat { 0 } else { 2 } {
             let best = best_within_bound(&results, reference, cfg);
@@ -313,12 +367,15 @@ pub fn run_oracle(
             if i + 1 < keys.len() {
                 midpoints.push((best + keys[i + 1]) / 2);
             }
-            eval(&midpoints, &mut results)?;
+            let limit_now = limit(&results, 0.0);
+            eval(&midpoints, &mut results, limit_now)?;
         }
         let best = best_within_bound(&results, reference, cfg);
         for (&k, (c, stats)) in &results {
             tried.push((j, k, *c));
-            if !within_slowdown_bound(reference, stats, &cfg.knobs) {
+            if given_up(stats, reference) {
+                slower.push((j, k));
+            } else if !within_slowdown_bound(reference, stats, &cfg.knobs) {
                 refused.push((j, k));
             }
         }
@@ -335,6 +392,7 @@ pub fn run_oracle(
         ks,
         candidates: tried,
         refused,
+        given_up: slower,
     })
 }
 
@@ -406,12 +464,39 @@ share = 0.1
         };
         let pollute = [rocs_core::Colour(0)];
         let run = |k: usize| {
-            run_with_placements(&make, std::slice::from_ref(&point), &[k], 100_000, &pollute)
+            run_with_placements(
+                &make,
+                std::slice::from_ref(&point),
+                &[k],
+                100_000,
+                &pollute,
+                None,
+            )
         };
         assert_eq!(run(32).unwrap().pages_not_confined, 0, "32 pages fit");
         // At most 64 of the 512 asked for fit (fewer where other pages hold colour 0).
         let left_out = run(512).unwrap().pages_not_confined;
         assert!((448..512).contains(&left_out), "{left_out} did not fit");
+    }
+
+    #[test]
+    fn a_run_given_up_above_a_limit_is_slower_than_it_and_one_under_it_runs_whole() {
+        let spec = crate::MachineSpec::resolve("tiny").unwrap();
+        let w = crate::Workload::from_toml("stream.toml", STREAM).unwrap();
+        let make = || crate::Machine::new(&spec, &w, 1);
+        let pollute = [rocs_core::Colour(0)];
+        let run = |limit| run_with_placements(&make, &[], &[], 100_000, &pollute, limit);
+        let whole = run(None).unwrap();
+        assert_eq!(
+            run(Some(whole.cycles)).unwrap(),
+            whole,
+            "not over the limit"
+        );
+        let limit = whole.cycles / 3;
+        let cut = run(Some(limit)).unwrap();
+        assert!(cut.cycles > limit, "{} cycles", cut.cycles);
+        assert!(cut.cycles < whole.cycles);
+        assert!(given_up(&cut, &whole) && !given_up(&whole, &whole));
     }
 
     #[test]
