@@ -190,14 +190,25 @@ fn best_within_bound(
     fastest_finished(results, reference, cfg).map_or(0, |(k, _)| k)
 }
 
-/// The cycles of the best of `results` so far (see [`best_within_bound`]), if any is
-/// within the bound.
-fn fastest_within_bound_cycles(
+/// The cycles above which a candidate is given up: `slack` more than the best of `results`
+/// so far (see [`best_within_bound`]), if any is within the bound.
+fn give_up_limit(
     results: &BTreeMap<usize, (u64, RunStats)>,
     reference: &RunStats,
     cfg: &LoopConfig,
+    slack: f64,
 ) -> Option<u64> {
-    fastest_finished(results, reference, cfg).map(|(_, stats)| stats.cycles)
+    fastest_finished(results, reference, cfg)
+        .map(|(_, stats)| (stats.cycles as f64 * (1.0 + slack)) as u64)
+}
+
+/// Whether the candidates of `results` all lie within `FLAT` of one another.
+fn is_flat(results: &BTreeMap<usize, (u64, RunStats)>) -> bool {
+    let cycles = results.values().map(|(c, _)| *c as f64);
+    let (lo, hi) = cycles.fold((f64::INFINITY, 0.0f64), |(lo, hi), c| {
+        (lo.min(c), hi.max(c))
+    });
+    hi <= lo * (1.0 + FLAT)
 }
 
 /// The fastest of the runs of `results` that ran the workload whole (a run given up is
@@ -333,19 +344,14 @@ pub fn run_oracle(
         // whole. The limit is what was known before the batch, so the runs do not depend
         // on `cfg.threads`.
         let limit = |results: &BTreeMap<usize, (u64, RunStats)>, slack: f64| {
-            fastest_within_bound_cycles(results, reference, cfg)
-                .map(|cycles| (cycles as f64 * (1.0 + slack)) as u64)
+            give_up_limit(results, reference, cfg, slack)
         };
         let mut flat = false;
         if cfg.oracle_coarse_first {
             let coarse: Vec<usize> = coarse(p).into_iter().collect();
             let limit = limit(&results, FLAT);
             eval(&coarse, &mut results, limit)?;
-            let cycles = results.values().map(|(c, _)| *c as f64);
-            let (lo, hi) = cycles.fold((f64::INFINITY, 0.0f64), |(lo, hi), c| {
-                (lo.min(c), hi.max(c))
-            });
-            flat = hi <= lo * (1.0 + FLAT);
+            flat = is_flat(&results);
         }
         let grid = if flat {
             BTreeSet::new()
@@ -497,6 +503,26 @@ share = 0.1
         assert!(cut.cycles > limit, "{} cycles", cut.cycles);
         assert!(cut.cycles < whole.cycles);
         assert!(given_up(&cut, &whole) && !given_up(&whole, &whole));
+    }
+
+    #[test]
+    fn a_coarse_candidate_given_up_is_beyond_flat_as_it_would_be_run_whole() {
+        // k = 0 ran whole in 1,000 cycles a tenant; k = 64 (whole: 1,500) was given up at
+        // the first step past the coarse pass's limit, and k = 32 ran whole within 1%.
+        let mut results: BTreeMap<usize, (u64, RunStats)> =
+            [(0, run([1000, 1000])), (32, run([1005, 1000]))]
+                .into_iter()
+                .collect();
+        let reference = results[&0].1.clone();
+        let cfg = LoopConfig::default();
+        assert!(is_flat(&results));
+        let limit = give_up_limit(&results, &reference, &cfg, FLAT).unwrap();
+        let (_, mut cut) = run([limit + 1, 900]);
+        cut.counts.instructions -= 1;
+        assert!(given_up(&cut, &reference));
+        results.insert(64, (cut.cycles, cut));
+        assert!(!is_flat(&results), "given up past {limit}: not flat");
+        assert_eq!(best_within_bound(&results, &reference, &cfg), 0);
     }
 
     #[test]
