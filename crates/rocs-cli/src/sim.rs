@@ -403,36 +403,32 @@ impl RunReport {
                 );
             }
             if let Some(o) = &m.oracle {
+                // Each count is said only where it is not 0.
+                let clause = |n: usize, what: &str| {
+                    if n == 0 {
+                        String::new()
+                    } else {
+                        format!("; {n} {what}")
+                    }
+                };
                 println!(
                     "{:>10}  best k = {} ({} candidates tried{}{}{})",
                     "",
                     o.k,
                     o.candidates.len(),
-                    if o.pages_not_confined > 0 {
-                        format!(
-                            "; {} of its placements' pages could not be moved: the pollute \
-                             buffer full, or not mapped",
-                            o.pages_not_confined
-                        )
-                    } else {
-                        String::new()
-                    },
-                    if o.refused.is_empty() {
-                        String::new()
-                    } else {
-                        format!(
-                            "; {} refused: they slowed a tenant beyond max_slowdown",
-                            o.refused.len()
-                        )
-                    },
-                    if o.given_up.is_empty() {
-                        String::new()
-                    } else {
-                        format!(
-                            "; {} given up once slower than a placement within that bound",
-                            o.given_up.len()
-                        )
-                    }
+                    clause(
+                        o.pages_not_confined as usize,
+                        "of its placements' pages could not be moved: the pollute buffer \
+                         full, or not mapped"
+                    ),
+                    clause(
+                        o.refused.len(),
+                        "refused: they slowed a tenant beyond max_slowdown"
+                    ),
+                    clause(
+                        o.given_up.len(),
+                        "given up once slower than a placement within that bound"
+                    ),
                 );
             }
             if m.processes.len() > 1 {

@@ -228,7 +228,7 @@ fn fastest_finished<'a>(
 
 /// Whether `run` was given up before the workload ended: it retired fewer instructions
 /// than `reference`, the run with nothing confined, which ran the workload whole.
-fn given_up(run: &RunStats, reference: &RunStats) -> bool {
+pub(super) fn given_up(run: &RunStats, reference: &RunStats) -> bool {
     run.instructions < reference.instructions
 }
 
