@@ -811,6 +811,8 @@ fn the_pollute_buffer_takes_the_colours_asked_for_and_refuses_all_of_them() {
     assert!(!ok);
     let why = "pollute_colours covers all 16 colours";
     assert_eq!(err.matches(why).count(), 1, "{err}");
+    // Refused before the baseline runs, not after it.
+    assert!(!err.contains("baseline"), "{err}");
 }
 
 #[test]

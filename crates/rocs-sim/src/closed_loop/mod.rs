@@ -589,6 +589,12 @@ pub fn compare_on(
 ) -> Result<Comparison, LoopError> {
     let same_machine = make_rocs.is_none();
     let make_rocs = make_rocs.unwrap_or(make);
+    // Knobs the controller would refuse are refused before the baseline runs, which takes
+    // minutes on a modern machine at `--scale auto`.
+    let colours = make_rocs()?.llc_geometry().colours();
+    if modes.rocs || modes.oracle {
+        cfg.knobs.validate(colours)?;
+    }
     progress("baseline");
     let baseline = run_baseline(make)?;
     let window = cfg.window_for(&baseline);
@@ -605,7 +611,6 @@ pub fn compare_on(
         let rocs = run_rocs(make_rocs, &cfg.knobs, window)?;
         out.speedup = Some(ratio(out.baseline.stats.cycles, rocs.stats.cycles));
         if modes.oracle {
-            let colours = make_rocs()?.llc_geometry().colours();
             let pollute = cfg.knobs.pollute_colours.resolve(colours)?;
             // Only the baseline's own machine runs as the oracle's k = 0 does.
             let nothing_confined = same_machine.then_some(&out.baseline.stats);
