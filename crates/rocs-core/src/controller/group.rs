@@ -53,11 +53,13 @@ struct Reference {
     llc_apki: Mean,
 }
 
-/// The windows measured at the current placement, and each member's k = 0 reference.
+/// The windows measured at the current placement, each member's k = 0 reference, and
+/// each member's mean pace at each placement measured.
 #[derive(Clone, Debug, Default)]
 pub(super) struct GroupJudge {
     span: Vec<Vec<MemberWindow>>,
     at_zero: BTreeMap<Pid, Reference>,
+    paces_at: BTreeMap<(usize, Pid), Mean>,
 }
 
 impl GroupJudge {
@@ -94,7 +96,13 @@ impl GroupJudge {
     /// reward starving one member to speed up another (one at 4x and one at 0.16x score
     /// 0.31, not the 2.1 of their plain mean). A placement that slows a member below its
     /// floor (`max_slowdown`, unless it is background) scores that member's pace instead,
-    /// below k = 0's, so no search chooses it.
+    /// below k = 0's, so no search chooses it. Both go by the member's mean pace over the
+    /// search's measurements of that placement, not by the last one alone: a
+    /// sharer's measurements scatter as much as its k = 0 ones, and one of them past the
+    /// floor refused a placement that had measured it within (random.md's run 83: k = 5
+    /// doubled its searcher's pace, its sharer read +3.2% and then -7.5%, its own k = 0
+    /// measurements -9.8% to +4.5%; the search kept nothing). A k = 0 measurement is
+    /// judged by itself, as k = 0's scatter is what the search's noise test reads.
     pub fn judge(&mut self, k: usize, searcher: Pid) -> Option<(f64, Vec<SharerPace>)> {
         let span = std::mem::take(&mut self.span);
         let mut measured: BTreeMap<Pid, (Reference, MemberWindow)> = BTreeMap::new();
@@ -107,6 +115,8 @@ impl GroupJudge {
             // A sharer whose LLC references left its k = 0 rate runs another phase: its
             // k = 0 reference is taken afresh, in the phase it runs now. (The searcher's
             // own phase is its search's to see: see `Controller::search_window`.)
+            // Its paces at placements, taken against the old reference, go with it.
+            let mut afresh = Vec::new();
             self.at_zero.retain(|&pid, z| {
                 let now = measured.get(&pid).and_then(|(here, _)| here.llc_apki.get());
                 let left = z
@@ -114,12 +124,18 @@ impl GroupJudge {
                     .get()
                     .zip(now)
                     .is_some_and(|(was, now)| other_phase(was, now));
-                pid == searcher || !left
+                let kept = pid == searcher || !left;
+                if !kept {
+                    afresh.push(pid);
+                }
+                kept
             });
+            self.paces_at.retain(|(_, pid), _| !afresh.contains(pid));
         }
         let mut paces = Vec::new();
         let mut counted = Vec::new();
         let mut floors = Vec::new();
+        let mut floored = Vec::new();
         for (&pid, (here, last)) in &measured {
             let mean = here.ipc.get().expect("measured");
             let zero = self.at_zero.get(&pid);
@@ -143,7 +159,15 @@ impl GroupJudge {
                 pace,
                 other_phase,
             });
-            counted.push(if other_phase { 1.0 } else { pace });
+            let counted_pace = if other_phase { 1.0 } else { pace };
+            counted.push(counted_pace);
+            floored.push(if k > 0 && !other_phase {
+                let mean = self.paces_at.entry((k, pid)).or_default();
+                mean.add(pace);
+                mean.get().expect("added")
+            } else {
+                counted_pace
+            });
             floors.push(last.floor);
         }
         if k == 0 {
@@ -158,7 +182,7 @@ impl GroupJudge {
         }
         let inverse: f64 = counted.iter().map(|p| 1.0 / p).sum();
         let harmonic = counted.len() as f64 / inverse;
-        let refused = counted
+        let refused = floored
             .iter()
             .zip(&floors)
             .filter(|(&p, floor)| floor.is_some_and(|f| p < f))
@@ -229,6 +253,56 @@ mod tests {
                 assert!((score - 2.0 / (1.0 / 0.9 + 1.0 / 1.5)).abs() < 1e-12);
             }
         }
+    }
+
+    #[test]
+    fn a_member_is_past_its_floor_by_its_mean_pace_at_the_placement() {
+        let turn = [0.5, 0.8];
+        let mut j = GroupJudge::default();
+        judged(&mut j, 0, [0.5, 0.2], turn);
+        // Member 1 doubles; member 2 reads +3% and then -7.5%: -2.25% on the mean, within
+        // its floor, so the second measurement scores the harmonic mean, not 0.925.
+        judged(&mut j, 5, [1.0, 0.206], turn);
+        let again = judged(&mut j, 5, [1.0, 0.185], turn);
+        assert!((again - 2.0 / (0.5 + 1.0 / 0.925)).abs() < 1e-12, "{again}");
+        // Read past the floor again, its mean is too: refused at its mean pace.
+        let third = judged(&mut j, 5, [1.0, 0.16], turn);
+        assert!(
+            (third - (1.03 + 0.925 + 0.8) / 3.0).abs() < 1e-12,
+            "{third}"
+        );
+        // Another placement starts its own mean.
+        let other = judged(&mut j, 9, [1.0, 0.185], turn);
+        assert!((other - 0.925).abs() < 1e-12, "{other}");
+    }
+
+    #[test]
+    fn a_sharer_whose_reference_is_taken_afresh_forgets_its_paces_at_placements() {
+        let turn = [0.5, 0.2];
+        let mut j = GroupJudge::default();
+        judged(&mut j, 0, [0.5, 0.2], turn);
+        // k = 5 slows member 2 to 0.85 of its pace: refused.
+        assert!((judged(&mut j, 5, [1.0, 0.17], turn) - 0.85).abs() < 1e-12);
+        // k = 0 again finds member 2 in another phase (twice the LLC references) at 0.1.
+        let phase = |ipc1: f64, ipc2: f64| {
+            vec![
+                member(1, ipc1, 0.5),
+                MemberWindow {
+                    llc_apki: 20.0,
+                    ..member(2, ipc2, 0.2)
+                },
+            ]
+        };
+        j.window(phase(0.5, 0.1));
+        j.window(phase(0.5, 0.1));
+        j.judge(0, 1).expect("both ran");
+        // At k = 5 member 1 doubles again and member 2 keeps its new pace: judged against
+        // its new reference alone, not on a mean with the 0.85 read against the old one
+        // (0.925, past its floor).
+        j.window(phase(1.0, 0.1));
+        j.window(phase(1.0, 0.1));
+        let score = j.judge(5, 1).expect("both ran").0;
+        assert!((score - 2.0 / (0.5 + 1.0)).abs() < 1e-12, "{score}");
     }
 
     #[test]
