@@ -24,7 +24,11 @@ against the page's oracle at the machine's costs (`rows`).
 import argparse
 import json
 import math
+import signal
 import statistics
+
+# Read through `head`: a closed pipe ends the listing quietly.
+signal.signal(signal.SIGPIPE, signal.SIG_DFL)
 
 
 def read_runs(path):
