@@ -49,9 +49,6 @@ pub struct Engine {
     exited: BTreeMap<Pid, Controller>,
     /// The member that profiles or searches.
     holder: Option<Pid>,
-    /// The holder's search is judged by the domain's score (the turn began with at least
-    /// two members to measure).
-    scored: bool,
     /// The counters of the window being fed, by member.
     window: BTreeMap<Pid, CounterDelta>,
     /// Windows ended.
@@ -178,7 +175,7 @@ impl Engine {
         for pid in order {
             let context = WindowContext {
                 turn: self.turn_for(pid),
-                group: (self.scored && self.holder == Some(pid))
+                group: (self.holder == Some(pid))
                     .then(|| self.group_window())
                     .flatten(),
                 sharers_changed: self.tell_changed.remove(&pid),
@@ -323,17 +320,10 @@ impl Engine {
                 .filter(|d| d.cycles > 0 && d.instructions > 0)
                 .map(CounterDelta::ipc);
         }
-        let measured = self
-            .members
-            .values()
-            .filter(|m| m.turn_ipc.is_some())
-            .count();
-        self.scored = measured >= 2;
     }
 
     fn end_turn(&mut self) {
         self.holder = None;
-        self.scored = false;
         for m in self.members.values_mut() {
             m.turn_ipc = None;
         }

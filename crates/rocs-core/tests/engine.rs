@@ -221,6 +221,15 @@ impl Domain {
         }
     }
 
+    /// `pid` exits: the driver is told, and the machine runs it no more.
+    fn exit(&mut self, pid: Pid) {
+        let mut out = Vec::new();
+        self.driver
+            .exited(&mut self.engine, &mut self.machine, pid, &mut out);
+        self.note(out);
+        self.machine.first.remove(&pid);
+    }
+
     /// Targets profiling or searching.
     fn busy(&self) -> Vec<Pid> {
         self.engine
@@ -815,11 +824,7 @@ fn a_search_whose_sharer_exits_moves_its_pages_back_and_observes_afresh() {
     }
     let holder = holder.expect("a search confines pages for a probe");
     let sharer = if holder == 1 { 2 } else { 1 };
-    let mut out = Vec::new();
-    d.driver
-        .exited(&mut d.engine, &mut d.machine, sharer, &mut out);
-    d.note(out);
-    d.machine.first.remove(&sharer);
+    d.exit(sharer);
     for _ in 0..10 {
         d.window();
         if d.state(holder) != State::Search {
@@ -866,11 +871,7 @@ fn a_holder_whose_sharer_exits_during_its_profile_is_judged_alone() {
     }
     let holder = holder.expect("a target profiles");
     let sharer = if holder == 1 { 2 } else { 1 };
-    let mut out = Vec::new();
-    d.driver
-        .exited(&mut d.engine, &mut d.machine, sharer, &mut out);
-    d.note(out);
-    d.machine.first.remove(&sharer);
+    d.exit(sharer);
     let before = d.events[&holder].len();
     for _ in 0..40 {
         d.window();
@@ -900,10 +901,7 @@ fn a_holder_whose_sharer_exits_during_its_profile_is_judged_alone() {
 
 /// Target 2 exits; target 1 runs (up to five windows) until it observes afresh.
 fn target_2_exits_and_target_1_is_watched_until_observed(d: &mut Domain) {
-    let mut out = Vec::new();
-    d.driver.exited(&mut d.engine, &mut d.machine, 2, &mut out);
-    d.note(out);
-    d.machine.first.remove(&2);
+    d.exit(2);
     for _ in 0..5 {
         d.window();
         if d.state(1) == State::Observe {
@@ -992,10 +990,7 @@ fn own_placement_then_the_sharer_exits(
     let mut d = searched_by_the_streamer_with(ipc, set);
     assert!(d.machine.confining(1), "{:?}", d.events[&1]);
     assert_eq!(d.state(1), State::Steady, "{:?}", d.events[&1]);
-    let mut out = Vec::new();
-    d.driver.exited(&mut d.engine, &mut d.machine, 2, &mut out);
-    d.note(out);
-    d.machine.first.remove(&2);
+    d.exit(2);
     d
 }
 
