@@ -63,6 +63,8 @@ pub struct SamplingStats {
     pub without_address: u64,
     /// Samples of other processes the target started (followed by inherit, not counted).
     pub other_processes: u64,
+    /// Second copies of a sample, not counted (see [`SecondCopies`]).
+    pub second_copies: u64,
     /// The sample period in use now.
     pub period: u64,
     /// How often the period changed (the kernel took a new one).
@@ -74,11 +76,38 @@ pub struct SamplingStats {
     pub rings: u64,
 }
 
+/// Tells the second copy of a sample from the first, in one ring.
+///
+/// A thread created while sampling was attaching may both inherit its creator's events
+/// and be given its own: the kernel shows a new thread in /proc before it writes the FORK
+/// record that would tell (see `open_all`), and writes none while its creator's events
+/// are still disabled. Every fault of such a thread then fires two software events on
+/// its CPU, and the kernel fills one sample for both (`do_perf_sw_event` shares its
+/// `perf_sample_data`: the second record repeats the first's time and event id), so the
+/// two records are alike and follow each other in the CPU's ring. A sample is counted
+/// once: a record alike to the one before it in its ring (same thread, time and address)
+/// is its second copy. Two samples of one thread are never taken at the same time.
+#[derive(Clone, Copy, Debug, Default)]
+struct SecondCopies {
+    /// (thread, time, address) of the last sample read from the ring.
+    last: Option<(u32, u64, u64)>,
+}
+
+impl SecondCopies {
+    /// Whether `m` is the second copy of the sample read before it; remembers it.
+    fn is_second(&mut self, m: &MemSample) -> bool {
+        let key = (m.tid, m.time, m.vaddr);
+        self.last.replace(key) == Some(key)
+    }
+}
+
 struct Session {
     decoder: Decoder,
     counters: Vec<Counter>,
     sampling_fds: Vec<RawFd>,
     rings: Vec<Ring>,
+    /// Per ring, in the order of `rings`.
+    second_copies: Vec<SecondCopies>,
     ring_fd_of_cpu: HashMap<usize, RawFd>,
     /// Threads given their own events (others are followed by inherit).
     threads: Vec<u32>,
@@ -209,11 +238,12 @@ impl LinuxSampler {
         let mut corrupt: Option<DecodeError> = None;
         let mut saw_exit = false;
         let before = s.stats.samples;
-        for ring in &mut s.rings {
+        for (ring, copies) in s.rings.iter_mut().zip(&mut s.second_copies) {
             let decoder = &s.decoder;
             let stats = &mut s.stats;
             let pending = &mut s.pending;
             ring.drain(|rec| match decoder.decode(rec, Some(pid)) {
+                Ok(Decoded::Sample(m)) if copies.is_second(&m) => stats.second_copies += 1,
                 Ok(Decoded::Sample(m)) => {
                     stats.samples += 1;
                     f(&m);
@@ -306,6 +336,7 @@ impl LinuxSampler {
             counters: Vec::new(),
             sampling_fds: Vec::new(),
             rings: Vec::new(),
+            second_copies: Vec::new(),
             ring_fd_of_cpu: HashMap::new(),
             threads: Vec::new(),
             requested_period: period,
@@ -409,6 +440,7 @@ impl LinuxSampler {
                                 s.rings.push(
                                     Ring::map(fd, self.ring_pages).map_err(SamplerError::Ring)?,
                                 );
+                                s.second_copies.push(SecondCopies::default());
                                 s.ring_fd_of_cpu.insert(cpu, fd);
                             }
                         }
@@ -430,7 +462,9 @@ impl LinuxSampler {
     /// Open and enable events for every thread of `pid`. Threads created after their
     /// creator's events exist are followed by inherit (the kernel writes a FORK record
     /// for them into our rings); a thread that appeared while we were attaching, without
-    /// such a record, was created before and gets its own events.
+    /// such a record, was created before and gets its own events. The record is not
+    /// always there to be seen in time, and a thread may then have both: its samples
+    /// are counted once (see [`SecondCopies`]).
     fn open_all(&self, pid: Pid, period: u64) -> Result<Session, SamplerError> {
         let cpus = online_cpus();
         let (mut session, mut state) = self.new_session(period);
@@ -521,5 +555,35 @@ impl Sampler for LinuxSampler {
 
     fn drain(&mut self, pid: Pid, out: &mut Vec<MemSample>) -> Result<SampleLoss, SamplerError> {
         self.drain_with(pid, |m| out.push(*m))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rocs_core::DataSource;
+
+    fn sample(tid: u32, time: u64, vaddr: u64) -> MemSample {
+        MemSample {
+            pid: 1,
+            tid,
+            vaddr,
+            paddr: None,
+            source: DataSource::Other,
+            weight: 0,
+            time,
+        }
+    }
+
+    #[test]
+    fn a_sample_alike_to_the_one_before_it_is_its_second_copy() {
+        let mut ring = SecondCopies::default();
+        assert!(!ring.is_second(&sample(7, 100, 0x1000)));
+        assert!(ring.is_second(&sample(7, 100, 0x1000)), "the kernel's copy");
+        // The same page again later, another thread at the same time, another page at
+        // the same time: each a sample of its own.
+        assert!(!ring.is_second(&sample(7, 200, 0x1000)));
+        assert!(!ring.is_second(&sample(8, 200, 0x1000)));
+        assert!(!ring.is_second(&sample(8, 200, 0x2000)));
     }
 }
