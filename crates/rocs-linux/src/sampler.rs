@@ -105,9 +105,8 @@ struct Session {
     decoder: Decoder,
     counters: Vec<Counter>,
     sampling_fds: Vec<RawFd>,
-    rings: Vec<Ring>,
-    /// Per ring, in the order of `rings`.
-    second_copies: Vec<SecondCopies>,
+    /// One ring a CPU, each with what tells a sample's second copy in it.
+    rings: Vec<(Ring, SecondCopies)>,
     ring_fd_of_cpu: HashMap<usize, RawFd>,
     /// Threads given their own events (others are followed by inherit).
     threads: Vec<u32>,
@@ -238,7 +237,7 @@ impl LinuxSampler {
         let mut corrupt: Option<DecodeError> = None;
         let mut saw_exit = false;
         let before = s.stats.samples;
-        for (ring, copies) in s.rings.iter_mut().zip(&mut s.second_copies) {
+        for (ring, copies) in &mut s.rings {
             let decoder = &s.decoder;
             let stats = &mut s.stats;
             let pending = &mut s.pending;
@@ -336,7 +335,6 @@ impl LinuxSampler {
             counters: Vec::new(),
             sampling_fds: Vec::new(),
             rings: Vec::new(),
-            second_copies: Vec::new(),
             ring_fd_of_cpu: HashMap::new(),
             threads: Vec::new(),
             requested_period: period,
@@ -437,10 +435,9 @@ impl LinuxSampler {
                                 ioctl_set_output(fd, ring_fd).map_err(SamplerError::Ring)?
                             }
                             None => {
-                                s.rings.push(
-                                    Ring::map(fd, self.ring_pages).map_err(SamplerError::Ring)?,
-                                );
-                                s.second_copies.push(SecondCopies::default());
+                                let ring =
+                                    Ring::map(fd, self.ring_pages).map_err(SamplerError::Ring)?;
+                                s.rings.push((ring, SecondCopies::default()));
                                 s.ring_fd_of_cpu.insert(cpu, fd);
                             }
                         }
@@ -480,7 +477,7 @@ impl LinuxSampler {
                 session.counters.append(&mut opened);
             }
             let mut forked = Vec::new();
-            for ring in &session.rings {
+            for (ring, _) in &session.rings {
                 ring.peek(|rec| {
                     if let Ok(Decoded::Fork { pid: p, tid }) = session.decoder.decode(rec, None) {
                         if p == pid {
