@@ -14,16 +14,16 @@ need=()
 command -v valgrind >/dev/null || need+=(valgrind)
 command -v perf >/dev/null || need+=(linux-perf)
 command -v xz >/dev/null || need+=(xz-utils)
-command -v systemd-analyze >/dev/null || need+=(systemd)  # rocsd.service verify (daemon/tests/service.rs)
-command -v chromium >/dev/null || need+=(chromium)  # the profile SVG in a real browser (rocs-cli/tests/client_daemon.rs)
-# The kernel's Intel model numbers, which rocs-linux/tests/prefetch_models.rs checks ours by.
+command -v systemd-analyze >/dev/null || need+=(systemd)  # rocsd.service verify (daemon/tests/daemon/service.rs)
+command -v chromium >/dev/null || need+=(chromium)  # the profile SVG in a real browser (rocs-cli/tests/cli/client_daemon.rs)
+# The kernel's Intel model numbers, which rocs-linux/tests/linux/prefetch_models.rs checks ours by.
 ls /usr/src/linux-headers-*/arch/x86/include/asm/intel-family.h >/dev/null 2>&1 ||
     need+=(linux-headers-amd64)
 if [ ${#need[@]} -gt 0 ]; then
     step "installing ${need[*]}"
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
 fi
-# A real Prometheus scrapes rocsd and promtool checks a scrape (daemon/tests/prometheus.rs;
+# A real Prometheus scrapes rocsd and promtool checks a scrape (daemon/tests/daemon/prometheus.rs;
 # it skips, saying why, when it is missing and this user is not root). Without recommends:
 # they would bring node-exporter and its collectors.
 if ! command -v prometheus >/dev/null || ! command -v promtool >/dev/null; then
@@ -32,7 +32,7 @@ if ! command -v prometheus >/dev/null || ! command -v promtool >/dev/null; then
         apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
             --no-install-recommends prometheus >/dev/null
     else
-        echo "not root: prometheus cannot be installed; daemon/tests/prometheus.rs will skip"
+        echo "not root: prometheus cannot be installed; daemon/tests/daemon/prometheus.rs will skip"
     fi
 fi
 

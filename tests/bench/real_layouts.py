@@ -32,7 +32,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def text(nbytes):
-    """crates/rocs-sim/tests/real_programs.rs's text(): lines of words from a small
+    """crates/rocs-sim/tests/sim/real_programs.rs's text(): lines of words from a small
     vocabulary in a fixed pseudo-random order."""
     mask = (1 << 64) - 1
     state = 0x2545_f491_4f6c_dd1d

@@ -3,7 +3,7 @@
 //! software counters, which work on any Linux), and leave no file descriptors, threads,
 //! targets or memory behind once they are gone.
 
-mod common;
+use crate::common;
 
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};

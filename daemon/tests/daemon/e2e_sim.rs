@@ -3,7 +3,7 @@
 //! is refused on reload with its file and line while the old policy stays; SIGTERM stops
 //! rocsd cleanly and removes the socket.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

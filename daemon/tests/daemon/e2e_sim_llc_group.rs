@@ -2,7 +2,7 @@
 //! controllers take turns. One says it waits for the other's search, and their profile and
 //! search stretches never overlap.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

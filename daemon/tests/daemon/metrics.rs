@@ -2,8 +2,8 @@
 //! formats; only /metrics; a cap on connections; and a dashboard that asks only for series
 //! rocsd exports.
 
-mod common;
-mod scrape;
+use crate::common;
+use crate::scrape;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use scrape::{documented, families, get, request};
+use crate::scrape::{documented, families, get, request};
 
 const OPENMETRICS: &str = "application/openmetrics-text;version=1.0.0";
 

@@ -1,7 +1,7 @@
 //! A broken policy file is reported by rocsd in one log line that names the file, the line
 //! and the column, at start and on reload.
 
-mod common;
+use crate::common;
 
 use serde_json::json;
 

@@ -2,7 +2,7 @@
 //! L2 prefetchers (and says so at start) or refuses to start, saying why and what to do; it
 //! never profiles with them on when told to switch them off.
 
-mod common;
+use crate::common;
 
 #[test]
 fn rocsd_switches_the_prefetchers_or_refuses_to_start_saying_why() {

@@ -3,8 +3,8 @@
 //! labels, counters move, every query of the Grafana dashboard runs and finds data, and
 //! `promtool check metrics` finds nothing to say about a scrape.
 
-mod common;
-mod scrape;
+use crate::common;
+use crate::scrape;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

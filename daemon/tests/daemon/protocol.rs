@@ -2,7 +2,7 @@
 //! client that connects and stalls, 100 clients at once. Each gets an error reply or a
 //! timeout, and rocsd keeps serving. An unauthorised peer is refused.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
@@ -152,7 +152,8 @@ const PEER_ENV: &str = "ROCSD_TEST_PEER_SOCKET";
 fn peer_as_nobody(socket: &std::path::Path) -> Value {
     use std::os::unix::process::CommandExt;
     let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "peer_helper", "--nocapture", "--test-threads=1"])
+        .args(["--exact", &common::test_name(module_path!(), "peer_helper")])
+        .args(["--nocapture", "--test-threads=1"])
         .env(PEER_ENV, socket)
         .uid(65534)
         .gid(65534)

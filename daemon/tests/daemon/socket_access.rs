@@ -5,7 +5,7 @@
 //!
 //! Other users are played by this test binary run again under another uid (see `as_peer`).
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
 use std::os::unix::net::UnixStream;
@@ -251,7 +251,8 @@ fn spawn_peer(uid: u32, groups: &[u32], socket: &Path, what: &str) -> Child {
         .map(|&g| nix::unistd::Gid::from_raw(g))
         .collect();
     let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args(["--exact", "socket_peer", "--nocapture", "--test-threads=1"])
+    cmd.args(["--exact", &common::test_name(module_path!(), "socket_peer")])
+        .args(["--nocapture", "--test-threads=1"])
         .env(PEER_SOCKET, socket)
         .env(PEER_DO, what)
         .stdin(Stdio::piped())
@@ -276,7 +277,7 @@ fn read_peer_line(peer: &mut Child, tag: &str) -> String {
     let out = BufReader::new(peer.stdout.as_mut().unwrap());
     for line in out.lines() {
         let line = line.unwrap();
-        // libtest prints "test socket_peer ... " before the test's own output.
+        // libtest prints "test socket_access::socket_peer ... " before the test's own output.
         if let Some((_, rest)) = line.split_once(tag) {
             return rest.to_string();
         }

@@ -12,7 +12,7 @@ use serde_json::Value;
 
 // Each test file uses part of the SVG helpers.
 #[allow(dead_code)]
-mod svg_check;
+use crate::svg_check;
 
 /// rocsd is built with the workspace (`cargo test --workspace`); when only this package's
 /// tests were built, build it the same way.

@@ -9,7 +9,7 @@ use serde_json::Value;
 
 // Each test file uses part of the SVG helpers.
 #[allow(dead_code)]
-mod svg_check;
+use crate::svg_check;
 
 fn rocsctl() -> Command {
     Command::cargo_bin("rocsctl").unwrap()

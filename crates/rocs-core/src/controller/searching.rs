@@ -1090,8 +1090,8 @@ impl Controller {
             s.record_at_with_mpki(self.stats.windows, k, value, mpki);
             // A placement that slowed the searcher itself past its own floor is refused,
             // and a larger one confines more of its pages and slows it further: the search
-            // ends with what it measured (fixed seed 2 of tests/random_campaign.rs probed
-            // on, to 39% slower for its searcher, and lost 1.2%).
+            // ends with what it measured (fixed seed 2 of rocs-sim's random_campaign test
+            // probed on, to 39% slower for its searcher, and lost 1.2%).
             if own_past_floor {
                 s.conclude();
             }

@@ -2,12 +2,10 @@
 //! the targets that share its LLC, and a target whose attempts find nothing tries again
 //! only as its budget allows.
 
-mod common;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::convert::Infallible;
 
-use common::load;
+use crate::common::load;
 
 use rocs_core::{
     CacheGeometry, Colour, Controller, CounterDelta, Counters, Driver, Engine, EventKind, Knobs,

@@ -1,11 +1,9 @@
 //! The pages: failed migrations, ordinary pages found in the pollute colours, pages named
 //! by the operator, and dry runs that move nothing.
 
-mod common;
-
 use std::collections::HashSet;
 
-use common::*;
+use crate::common::*;
 use rocs_core::{
     Command, Controller, Errno, EventKind, Knobs, Observation, SearchMode, State, VirtPage,
 };

@@ -1,9 +1,7 @@
 //! The controller's life: targets that miss too little stay in Observe, every transition
 //! has a reason, operator commands and exit, and the same inputs give the same decisions.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use rocs_core::{Action, Command, CounterDelta, EventKind, Knobs, Observation, SearchMode, State};
 
 #[test]

@@ -2,11 +2,9 @@
 //! phase that comes back keeps its placement, and a fruitless search's restores are no
 //! new phase.
 
-mod common;
-
 use std::collections::HashSet;
 
-use common::*;
+use crate::common::*;
 use rocs_core::{SearchMode, State, VirtPage};
 
 #[test]

@@ -5,12 +5,10 @@
 //! budget, and every target that exits is seen to. (Written after a search started at a
 //! recalled placement panicked on random.md's run 107; this test finds that panic too.)
 
-mod common;
-
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::convert::Infallible;
 
-use common::{load, Rng};
+use crate::common::{load, Rng};
 use proptest::prelude::*;
 use rocs_core::{
     CacheGeometry, Colour, Controller, CounterDelta, Counters, Driver, Engine, Errno, EventKind,

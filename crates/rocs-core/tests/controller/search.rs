@@ -1,9 +1,7 @@
 //! The controller's search for k: the adaptive search against ROCS's linear Algorithm 1,
 //! on noisy, flat and declining curves, and the budget and top-k invariants it keeps.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use proptest::prelude::*;
 use rocs_core::{EventKind, Knobs, SearchMode, State};
 

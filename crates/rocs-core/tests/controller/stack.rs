@@ -1,10 +1,8 @@
 //! The miss-rate stack built from a page profile: ordered, complete, regions kept together.
 
-mod common;
-
 use std::collections::HashSet;
 
-use common::SHIFT;
+use crate::common::SHIFT;
 use proptest::prelude::*;
 use rocs_core::{build_stack, DataSource, PageProfile, RegionParams};
 

@@ -10,7 +10,7 @@
 //! when the L1 missed; a modify (`M`) is one access; instruction fetches go through the L1I
 //! into the same LL; the LL is not inclusive; sizes are clamped to the smallest line.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 

@@ -8,7 +8,7 @@
 //! Skipped, with a message, when valgrind is missing (tests/all.sh installs it); a case
 //! whose program is missing is skipped alone.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 

@@ -12,6 +12,16 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+/// The name libtest gives test `name` of the module whose `module_path!()` is `module`:
+/// its path below the crate, as in `protocol::peer_helper`, which `--exact` asks for when a
+/// test runs this binary again to be one of its own tests.
+pub fn test_name(module: &str, name: &str) -> String {
+    match module.split_once("::") {
+        Some((_crate, below)) => format!("{below}::{name}"),
+        None => name.to_string(),
+    }
+}
+
 /// `rocsd --check` on `config` (rocsd.toml text; `policy_dir` is filled in): it loads the
 /// settings and policies and probes the machine as a start does, then exits.
 pub fn check(config: &str) -> std::process::Output {
