@@ -112,7 +112,10 @@ DAEMON=1
 if [ -n "${ROCS_VM_TESTS:-}" ] && ! echo " $ROCS_VM_TESTS " | grep -q " daemon "; then DAEMON=0; fi
 
 # The Rust client too: the ignored live test of crates/rocs-linux/tests/shim_abi.rs; and
-# rocsd and rocsctl of this tree (the debug build the workspace's tests use).
+# rocsd and rocsctl of this tree. All three come from the build the workspace's tests use
+# (`cargo test --workspace --no-run`, which tests/all.sh has just made, so nothing is built
+# again): a build of some packages alone or in another profile would build their
+# dependencies once more, with other features.
 RUST_CLIENT=0
 if [ "${ROCS_VM_RUST:-1}" = 0 ]; then
     say "ROCS_VM_RUST=0: the Rust client is not exercised in the guest"
@@ -120,24 +123,25 @@ elif ! command -v cargo >/dev/null; then
     echo "tests/vm: cargo not found; install Rust, or set ROCS_VM_RUST=0 to test the module alone" >&2
     exit 2
 else
-    say "building the Rust client's live test (cargo)"
-    client_test=$(cd "$ROOT" && cargo test -q -p rocs-linux --test shim_abi --no-run \
+    say "building the workspace's tests, rocsd and rocsctl (cargo test --workspace --no-run)"
+    executables=$(cd "$ROOT" && cargo test -q --workspace --locked --no-run \
         --message-format=json 2>"$WORK/cargo.log" |
-        sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1) || true
-    if [ -z "$client_test" ] || [ ! -x "$client_test" ]; then
-        cat "$WORK/cargo.log" >&2; echo "tests/vm: building the Rust client's test failed" >&2; exit 1
-    fi
+        sed -n 's/.*"executable":"\([^"]*\)".*/\1/p') || true
+    # executable NAME PATTERN: the one built executable whose path matches PATTERN.
+    executable() {
+        local path
+        path=$(echo "$executables" | grep -- "$2" | tail -n 1)
+        if [ -z "$path" ] || [ ! -x "$path" ]; then
+            cat "$WORK/cargo.log" >&2; echo "tests/vm: building $1 failed" >&2; exit 1
+        fi
+        echo "$path"
+    }
+    client_test=$(executable "the Rust client's test" '/deps/shim_abi-[0-9a-f]*$')
     copy_binary "$client_test" shim_client_test
     RUST_CLIENT=1
     if [ "$DAEMON" = 1 ]; then
-        say "building rocsd and rocsctl (cargo)"
-        bins=$(cd "$ROOT" && cargo build -q -p rocsd -p rocs-cli --message-format=json \
-            2>"$WORK/cargo.log" | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p') || true
         for bin in rocsd rocsctl; do
-            path=$(echo "$bins" | grep "/$bin\$" | tail -n 1)
-            if [ -z "$path" ] || [ ! -x "$path" ]; then
-                cat "$WORK/cargo.log" >&2; echo "tests/vm: building $bin failed" >&2; exit 1
-            fi
+            path=$(executable "$bin" "/$bin\$")
             copy_binary "$path" "$bin"
         done
         cp "$ROOT/tests/vm/guest/daemon.sh" "$INITRD_ROOT/daemon.sh"
