@@ -10,8 +10,6 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-// Each test file uses part of the SVG helpers.
-#[allow(dead_code)]
 use crate::svg_check;
 
 /// rocsd is built with the workspace (`cargo test --workspace`); when only this package's

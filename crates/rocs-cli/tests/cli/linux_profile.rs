@@ -7,8 +7,6 @@ use std::process::Command as StdCommand;
 use assert_cmd::Command;
 use serde_json::Value;
 
-// Each test file uses part of the SVG helpers.
-#[allow(dead_code)]
 use crate::svg_check;
 
 fn rocsctl() -> Command {

@@ -6,8 +6,6 @@ use std::process::{Child, Command as StdCommand, Stdio};
 use assert_cmd::Command;
 use serde_json::Value;
 
-// Each test file uses part of the SVG helpers.
-#[allow(dead_code)]
 use crate::svg_check;
 
 fn rocsctl() -> Command {

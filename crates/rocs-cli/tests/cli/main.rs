@@ -1,5 +1,5 @@
-//! rocsctl's integration tests, one binary: linked once, and its tests share the two threads the
-//! test harness runs, so a long test no longer leaves a core idle.
+//! rocsctl's integration tests in one binary: linked once, and its tests share the two
+//! threads the test harness runs, so a long test no longer leaves a core idle.
 
 mod svg_check;
 

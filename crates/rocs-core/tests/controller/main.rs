@@ -1,5 +1,5 @@
-//! The controller's integration tests, one binary: linked once, and its tests share the two threads the
-//! test harness runs, so a long test no longer leaves a core idle.
+//! The controller's integration tests in one binary: linked once, and its tests share the
+//! two threads the test harness runs, so a long test no longer leaves a core idle.
 
 mod common;
 

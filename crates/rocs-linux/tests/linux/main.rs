@@ -1,4 +1,4 @@
-//! The Linux platform's integration tests, one binary: linked once, and its tests share the
+//! The Linux platform's integration tests in one binary: linked once, and its tests share the
 //! two threads the test harness runs, so a long test no longer leaves a core idle.
 //!
 //! Two stay binaries of their own: `live.rs` samples its own process, which other tests'

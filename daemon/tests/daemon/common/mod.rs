@@ -1,7 +1,5 @@
 //! Helpers of the daemon's end-to-end tests: a rocsd on a temporary socket, and a client.
 
-#![allow(dead_code)]
-
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;

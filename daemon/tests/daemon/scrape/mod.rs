@@ -1,8 +1,6 @@
 //! Helpers of the metrics tests: free ports, an HTTP/1.0 GET, the series a page exports,
 //! the series docs/metrics.md documents, and the expressions of the Grafana dashboard.
 
-#![allow(dead_code)]
-
 use std::collections::BTreeSet;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};

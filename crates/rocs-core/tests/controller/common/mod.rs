@@ -2,9 +2,6 @@
 //! regions of known miss rate and whose IPC is a known function of which pages are
 //! confined, plus noise; and a harness that drives one controller against it.
 
-// Each test file uses a part of these.
-#![allow(dead_code)]
-
 use std::collections::HashSet;
 
 use rocs_core::{
