@@ -192,7 +192,7 @@ LOG=$WORK/console.log
 MONITOR=$WORK/monitor.sock
 # What the stalled vCPUs were doing, from qemu's monitor (QMP), for whoever looks into a hang.
 monitor_dump() { # monitor_dump FILE
-    python3 - "$MONITOR" "$1" <<'PY' 2>/dev/null || echo "(qemu's monitor did not answer)" >"$1"
+    python3 - "$MONITOR" "$1" <<'PY' 2>/dev/null || echo "(no registers: qemu's monitor did not answer, or no python3)" >"$1"
 import json, socket, sys
 s = socket.socket(socket.AF_UNIX); s.settimeout(10); s.connect(sys.argv[1])
 replies = s.makefile("r")
@@ -241,7 +241,7 @@ boot() {
 }
 # The kernel itself has been seen, rarely and only on a loaded host, to stop for good
 # while enumerating PCI under TCG (no output for 480 s, long before our init runs). Such
-# a boot is stopped at BOOT_TIMEOUT (a boot takes 5-25 s here) and made once more, said
+# a boot is stopped at BOOT_TIMEOUT (a boot takes 5-30 s here) and made once more, said
 # loudly; a guest that stops after our init has started fails the run as before.
 BOOT_TIMEOUT=${ROCS_VM_BOOT_TIMEOUT:-120}
 attempt=1
