@@ -11,7 +11,7 @@ use crate::knobs::SearchMode;
 use crate::phase::{left_level, outside, MPKI_FLOOR};
 use crate::regions::{build_stack, pool_regions, Region, RegionParams, RegionPool, StackBuild};
 use crate::search::{resolvable_gain, Next, Search};
-use crate::{Colour, CounterDelta, MissRateStack, PageProfile, Pid, StackEntry, VirtPage};
+use crate::{Colour, CounterDelta, Mapping, MissRateStack, PageProfile, Pid, StackEntry, VirtPage};
 
 /// Phases whose search result is remembered (the oldest is forgotten first).
 const PHASES_REMEMBERED: usize = 4;
@@ -74,6 +74,14 @@ const WHOLE_STREAM_MAX_LLCS: u64 = 64;
 
 /// The same bound where the LLC's size is not known: 4 GiB of 4 KiB pages.
 const WHOLE_STREAM_MAX_PAGES: u64 = 1 << 20;
+
+/// Whose gain a search is for: what [`Controller::whole_streams`] lets into a stream's
+/// mapping.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Judged {
+    ForItself,
+    ForSharers,
+}
 
 /// Whether a search can tell its promise from the scatter of its windows.
 enum Scatter {
@@ -337,12 +345,33 @@ impl Controller {
             // ppc970fx-368974fa at the machine's costs: 1,132 pages searched, not 180,
             // for a sharer that only streams; the streamer 0.95 -> 0.83 of off).
             let streams = match context.sharers_promised {
-                true => self.whole_streams(streams),
+                true => self.whole_streams(streams, Judged::ForSharers),
                 false => streams,
             };
             stream_pages_added = streams.len() - sampled;
             for_sharers = Some((sampled, n));
             self.build.stack = MissRateStack::from_entries(streams);
+        }
+        // A profile cut for its cost while it still found new pages saw its streams only
+        // in part: where their buffers are large enough that the stack takes long to
+        // place, they are searched whole, below the pages it sampled (modern.md's spr-like
+        // cg-like: three windows with the prefetcher off sample 18,653 pages of a matrix
+        // of 92,151; confined whole, it runs 3% faster, while the stack of the pages
+        // sampled held no gain). A short stack is not lengthened: its pages beyond what
+        // the pollute colours hold would be probed first (random.md's ppc970fx-2175732d,
+        // 55 pages and 42 more: 1.456 -> 0.999 of off).
+        let streaming = self.streaming_top();
+        if for_sharers.is_none() && self.profile_cut.is_some() && streaming > 0 {
+            let entries = self.build.stack.entries().to_vec();
+            let regions = self.build.regions.clone();
+            let mut all = self.whole_streams(entries[..streaming].to_vec(), Judged::ForItself);
+            all.extend_from_slice(&entries[streaming..]);
+            if all.len() > LONG_PLACEMENT_PAGES {
+                stream_pages_added = all.len() - entries.len();
+                self.build.stack = MissRateStack::from_entries(all);
+            } else {
+                self.build.regions = regions;
+            }
         }
         let n = self.build.stack.len();
         let mut search = self.new_search();
@@ -1758,16 +1787,34 @@ impl Controller {
     /// regions without samples, so that later moves know them.
     /// (noisy-neighbour on zen4-like at `--scale auto:0.1`: the neighbour's buffer is
     /// 262,144 pages, of which its profile reached 11,069.)
-    fn whole_streams(&mut self, streams: Vec<StackEntry>) -> Vec<StackEntry> {
+    ///
+    /// Two kinds of region say little of the pages of a mapping: one that reaches past
+    /// the mapping's end takes the rate of the pages it holds on both sides (zen4-like
+    /// art-like: the stream's last 60 pages and the reused array after it, at 0.61), and
+    /// one with fewer than `min_samples_per_page` samples is pulled towards the profile's
+    /// overall rate. A search for the target's own gain, which measures what it confines,
+    /// does not let them keep a stream's mapping out; one for the sharers' gain, paid for
+    /// with this target's own hits, does.
+    fn whole_streams(&mut self, streams: Vec<StackEntry>, judged: Judged) -> Vec<StackEntry> {
         if self.mappings.is_empty() || streams.is_empty() {
             return streams;
         }
         // Per mapping (address order): the least rate of its stack pages while they all
         // stream, None once one does not (or it holds none).
         let streaming: HashSet<VirtPage> = streams.iter().map(|e| e.page).collect();
+        let min_samples = u64::from(self.knobs.min_samples_per_page);
         let mut rates: Vec<Option<f64>> = vec![Some(f64::INFINITY); self.mappings.len()];
         for e in self.build.stack.entries() {
             let i = self.mappings.partition_point(|m| m.last < e.page);
+            if judged == Judged::ForItself {
+                let region = self.build.region_of(e.page);
+                let thin = region.is_some_and(|r| r.hits + r.misses < min_samples);
+                let past_ends =
+                    |m: &Mapping| region.is_some_and(|r| r.first < m.first || r.last > m.last);
+                if thin || self.mappings.get(i).is_some_and(past_ends) {
+                    continue;
+                }
+            }
             if let Some(rate) = rates.get_mut(i).filter(|_| self.mappings[i].holds(e.page)) {
                 *rate = rate
                     .filter(|_| streaming.contains(&e.page))
