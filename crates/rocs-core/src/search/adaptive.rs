@@ -539,8 +539,9 @@ impl AdaptiveSearch {
     /// cg-like's k = 0 read MPKI 11.10 over its first pass and 6.03 over its second, and
     /// its search moved 92,155 pages out and back twice to verify a gain of +4% that one
     /// move would have kept. Passes that scatter without warming are not waited for:
-    /// zen4-like's art-like read MPKI 28.12, then 29.34, and four more passes at k = 0
-    /// scattered as much while its stream went unconfined (1.374 -> 1.349 of off).
+    /// zen4-like's art-like, profiled for two windows in a scratch build, read MPKI 28.12,
+    /// then 29.34, and four more passes at k = 0 that scattered as much, its stream
+    /// unconfined meanwhile, cost it 1.374 -> 1.349 of off (NOTES.md, session 99).
     fn still_warming(&mut self, m: &mut Measurements) -> bool {
         let log = m.in_order();
         if !self.over_passes || log.iter().any(|w| w.k != 0) {
