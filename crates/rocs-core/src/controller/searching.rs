@@ -68,14 +68,14 @@ const LEAST_PAGES_BACK: usize = 32;
 const MAX_CYCLES_SHARE: f64 = 0.9;
 
 /// Most pages of streams' mappings, in LLCs, that a search for the sharers' gain takes
-/// beyond the pages its profile reached ([`Controller::whole_streams`]): a mapping
+/// beyond the pages its profile reached ([`Controller::unreached_streams`]): a mapping
 /// reserved far beyond what the program touches is not moved page by page.
 const WHOLE_STREAM_MAX_LLCS: u64 = 64;
 
 /// The same bound where the LLC's size is not known: 4 GiB of 4 KiB pages.
 const WHOLE_STREAM_MAX_PAGES: u64 = 1 << 20;
 
-/// Whose gain a search is for: what [`Controller::whole_streams`] lets into a stream's
+/// Whose gain a search is for: what [`Controller::unreached_streams`] lets into a stream's
 /// mapping.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Judged {
@@ -345,7 +345,10 @@ impl Controller {
             // ppc970fx-368974fa at the machine's costs: 1,132 pages searched, not 180,
             // for a sharer that only streams; the streamer 0.95 -> 0.83 of off).
             let streams = match context.sharers_promised {
-                true => self.whole_streams(streams, Judged::ForSharers),
+                true => {
+                    let unreached = self.unreached_streams(&streams, Judged::ForSharers);
+                    self.take_whole(streams, unreached)
+                }
                 false => streams,
             };
             stream_pages_added = streams.len() - sampled;
@@ -362,15 +365,15 @@ impl Controller {
         // 55 pages and 42 more: 1.456 -> 0.999 of off).
         let streaming = self.streaming_top();
         if for_sharers.is_none() && self.profile_cut.is_some() && streaming > 0 {
-            let entries = self.build.stack.entries().to_vec();
-            let regions = self.build.regions.clone();
-            let mut all = self.whole_streams(entries[..streaming].to_vec(), Judged::ForItself);
-            all.extend_from_slice(&entries[streaming..]);
-            if all.len() > LONG_PLACEMENT_PAGES {
-                stream_pages_added = all.len() - entries.len();
+            let entries = self.build.stack.entries();
+            let unreached = self.unreached_streams(&entries[..streaming], Judged::ForItself);
+            let added: u64 = unreached.iter().map(Region::pages).sum();
+            if entries.len() + added as usize > LONG_PLACEMENT_PAGES {
+                let entries = entries.to_vec();
+                let mut all = self.take_whole(entries[..streaming].to_vec(), unreached);
+                all.extend_from_slice(&entries[streaming..]);
+                stream_pages_added = added as usize;
                 self.build.stack = MissRateStack::from_entries(all);
-            } else {
-                self.build.regions = regions;
             }
         }
         let n = self.build.stack.len();
@@ -1777,14 +1780,14 @@ impl Controller {
         }
     }
 
-    /// `streams` (the stack's pages that only stream, in stack order) followed by the
-    /// pages of their mappings that the profile did not reach: a stream's buffer is
-    /// confined whole, not only the part the profile saw it pass. Only mappings whose
+    /// The pages of `streams`' mappings (`streams`: the stack's pages that only stream)
+    /// that the profile did not reach, as regions without samples: a stream's buffer is
+    /// confined whole ([`Controller::take_whole`]), not only the part the profile saw it
+    /// pass. Only mappings whose
     /// every page of the profile's regions streams, so that no reused page is taken
     /// along, and at most [`WHOLE_STREAM_MAX_LLCS`] times the LLC's pages in all (where
-    /// its size is not known, [`WHOLE_STREAM_MAX_PAGES`]). The added pages rank below the
-    /// sampled ones at their mapping's least streaming rate, and join the build as
-    /// regions without samples, so that later moves know them.
+    /// its size is not known, [`WHOLE_STREAM_MAX_PAGES`]). Each region's rate is its
+    /// mapping's least streaming rate.
     /// (noisy-neighbour on zen4-like at `--scale auto:0.1`: the neighbour's buffer is
     /// 262,144 pages, of which its profile reached 11,069.)
     ///
@@ -1795,9 +1798,9 @@ impl Controller {
     /// overall rate. A search for the target's own gain, which measures what it confines,
     /// does not let them keep a stream's mapping out; one for the sharers' gain, paid for
     /// with this target's own hits, does.
-    fn whole_streams(&mut self, streams: Vec<StackEntry>, judged: Judged) -> Vec<StackEntry> {
+    fn unreached_streams(&self, streams: &[StackEntry], judged: Judged) -> Vec<Region> {
         if self.mappings.is_empty() || streams.is_empty() {
-            return streams;
+            return Vec::new();
         }
         // Per mapping (address order): the least rate of its stack pages while they all
         // stream, None once one does not (or it holds none).
@@ -1825,7 +1828,7 @@ impl Controller {
             0 => WHOLE_STREAM_MAX_PAGES,
             room => WHOLE_STREAM_MAX_LLCS * (room + self.buffer_pages()),
         };
-        let mut added = Vec::new();
+        let mut unreached = Vec::new();
         for (m, rate) in self.mappings.iter().zip(rates) {
             let Some(rate) = rate.filter(|r| r.is_finite()) else {
                 continue;
@@ -1840,28 +1843,35 @@ impl Controller {
             for (next, resume) in ends.chain([(m.last.0 + 1, m.last.0 + 1)]) {
                 let end = next.min(page + left);
                 if end > page {
-                    added.push((page, end - 1, rate));
+                    unreached.push(Region {
+                        first: VirtPage(page),
+                        last: VirtPage(end - 1),
+                        sampled_pages: 0,
+                        hits: 0,
+                        misses: 0,
+                        miss_rate: rate,
+                    });
                     left -= end - page;
                 }
                 page = page.max(resume);
             }
         }
+        unreached
+    }
+
+    /// `streams` followed by the pages of `unreached` ([`Controller::unreached_streams`]),
+    /// which rank below the sampled ones at their region's rate and join the build as
+    /// regions without samples, so that later moves know them.
+    fn take_whole(&mut self, streams: Vec<StackEntry>, unreached: Vec<Region>) -> Vec<StackEntry> {
         let mut all = streams;
-        for &(first, last, rate) in &added {
-            self.build.regions.push(Region {
-                first: VirtPage(first),
-                last: VirtPage(last),
-                sampled_pages: 0,
-                hits: 0,
-                misses: 0,
-                miss_rate: rate,
-            });
-            all.extend((first..=last).map(|p| StackEntry {
+        for region in unreached {
+            all.extend((region.first.0..=region.last.0).map(|p| StackEntry {
                 page: VirtPage(p),
                 hits: 0,
                 misses: 0,
-                miss_rate: rate,
+                miss_rate: region.miss_rate,
             }));
+            self.build.regions.push(region);
         }
         self.build.regions.sort_by_key(|r| r.first);
         all
