@@ -1783,11 +1783,10 @@ impl Controller {
     /// The pages of `streams`' mappings (`streams`: the stack's pages that only stream)
     /// that the profile did not reach, as regions without samples: a stream's buffer is
     /// confined whole ([`Controller::take_whole`]), not only the part the profile saw it
-    /// pass. Only mappings whose
-    /// every page of the profile's regions streams, so that no reused page is taken
-    /// along, and at most [`WHOLE_STREAM_MAX_LLCS`] times the LLC's pages in all (where
-    /// its size is not known, [`WHOLE_STREAM_MAX_PAGES`]). Each region's rate is its
-    /// mapping's least streaming rate.
+    /// pass. Only mappings whose every page of the profile's regions streams, so that no
+    /// reused page is taken along, and at most [`WHOLE_STREAM_MAX_LLCS`] times the LLC's
+    /// pages in all (where its size is not known, [`WHOLE_STREAM_MAX_PAGES`]). Each
+    /// region's rate is its mapping's least streaming rate.
     /// (noisy-neighbour on zen4-like at `--scale auto:0.1`: the neighbour's buffer is
     /// 262,144 pages, of which its profile reached 11,069.)
     ///
