@@ -367,12 +367,12 @@ impl Controller {
         if for_sharers.is_none() && self.profile_cut.is_some() && streaming > 0 {
             let entries = self.build.stack.entries();
             let unreached = self.unreached_streams(&entries[..streaming], Judged::ForItself);
-            let added: u64 = unreached.iter().map(Region::pages).sum();
-            if entries.len() + added as usize > LONG_PLACEMENT_PAGES {
+            let added = unreached.iter().map(Region::pages).sum::<u64>() as usize;
+            if entries.len() + added > LONG_PLACEMENT_PAGES {
                 let entries = entries.to_vec();
                 let mut all = self.take_whole(entries[..streaming].to_vec(), unreached);
                 all.extend_from_slice(&entries[streaming..]);
-                stream_pages_added = added as usize;
+                stream_pages_added = added;
                 self.build.stack = MissRateStack::from_entries(all);
             }
         }
