@@ -280,6 +280,37 @@ pub(super) fn linear(r: &EvalRow) -> &EvalMode {
         .expect("only the paper suite's rows are checked against linear search, and it runs it")
 }
 
+/// The target that every row of `rows` reaches `floor` in `value`. Its detail: the lowest
+/// value where all do, the rows that do not (after `failing`) otherwise, and with no row
+/// to check, that the target holds only for that reason (`why_none`).
+fn floor_check(
+    target: String,
+    rows: &[&EvalRow],
+    value: impl Fn(&EvalRow) -> f64,
+    floor: f64,
+    failing: &str,
+    why_none: &str,
+) -> TargetCheck {
+    let under: Vec<String> = rows
+        .iter()
+        .filter(|r| value(r) < floor)
+        .map(|r| format!("{} on {}: {:.3}", r.workload, r.machine, value(r)))
+        .collect();
+    let detail = if rows.is_empty() {
+        format!("holds only because there is nothing to check: {why_none}")
+    } else if under.is_empty() {
+        let lowest = rows.iter().map(|r| value(r)).fold(f64::INFINITY, f64::min);
+        format!("lowest {lowest:.3}")
+    } else {
+        format!("{failing}: {}", under.join("; "))
+    };
+    TargetCheck {
+        target,
+        reached: under.is_empty(),
+        detail,
+    }
+}
+
 fn geomean(v: impl Iterator<Item = f64>) -> f64 {
     let (mut sum, mut n) = (0.0, 0usize);
     for x in v {
@@ -350,40 +381,17 @@ impl Evaluation {
             .iter()
             .filter(|r| r.oracle_speedup >= 1.05)
             .collect();
-        let short: Vec<String> = gainful
-            .iter()
-            .filter(|r| pick(r).fraction_of_oracle < 0.95)
-            .map(|r| {
-                format!(
-                    "{} on {}: {:.3}",
-                    r.workload,
-                    r.machine,
-                    pick(r).fraction_of_oracle
-                )
-            })
-            .collect();
-        out.push(TargetCheck {
-            target: format!(
+        out.push(floor_check(
+            format!(
                 "{name}: fraction_of_oracle ≥ 0.95 where the oracle gains ≥ 5% ({} workloads)",
                 gainful.len()
             ),
-            reached: short.is_empty(),
-            detail: if gainful.is_empty() {
-                "holds only because there is nothing to check: the oracle gains less than 5% \
-                 on every workload here"
-                    .to_string()
-            } else if short.is_empty() {
-                format!(
-                    "lowest {:.3}",
-                    gainful
-                        .iter()
-                        .map(|r| pick(r).fraction_of_oracle)
-                        .fold(f64::INFINITY, f64::min)
-                )
-            } else {
-                format!("short: {}", short.join("; "))
-            },
-        });
+            &gainful,
+            |r| pick(r).fraction_of_oracle,
+            0.95,
+            "short",
+            "the oracle gains less than 5% on every workload here",
+        ));
         let flat: Vec<&EvalRow> = self
             .rows
             .iter()
@@ -425,32 +433,17 @@ impl Evaluation {
             .iter()
             .filter(|r| r.oracle_speedup < 1.01)
             .collect();
-        let lost: Vec<String> = flat
-            .iter()
-            .filter(|r| r.adaptive.speedup < 0.99)
-            .map(|r| format!("{} on {}: {:.3}", r.workload, r.machine, r.adaptive.speedup))
-            .collect();
-        TargetCheck {
-            target: format!(
+        floor_check(
+            format!(
                 "adaptive: speedup ≥ 0.99 wherever the oracle gains < 1% ({} workloads)",
                 flat.len()
             ),
-            reached: lost.is_empty(),
-            detail: if flat.is_empty() {
-                "holds only because there is nothing to check: the oracle gains 1% or more \
-                 on every workload here"
-                    .to_string()
-            } else if lost.is_empty() {
-                format!(
-                    "lowest {:.3}",
-                    flat.iter()
-                        .map(|r| r.adaptive.speedup)
-                        .fold(f64::INFINITY, f64::min)
-                )
-            } else {
-                format!("below: {}", lost.join("; "))
-            },
-        }
+            &flat,
+            |r| r.adaptive.speedup,
+            0.99,
+            "below",
+            "the oracle gains 1% or more on every workload here",
+        )
     }
 
     /// Modern suite: nothing loses more than 1%, anywhere.
@@ -458,30 +451,18 @@ impl Evaluation {
         if self.rows.iter().all(|r| r.cat.is_none()) {
             return None;
         }
-        let lost: Vec<String> = self
-            .rows
-            .iter()
-            .filter(|r| r.adaptive.speedup < 0.99)
-            .map(|r| format!("{} on {}: {:.3}", r.workload, r.machine, r.adaptive.speedup))
-            .collect();
-        Some(TargetCheck {
-            target: format!(
+        let all: Vec<&EvalRow> = self.rows.iter().collect();
+        Some(floor_check(
+            format!(
                 "adaptive: nothing loses more than 1% ({} workloads)",
                 self.rows.len()
             ),
-            reached: lost.is_empty(),
-            detail: if lost.is_empty() {
-                format!(
-                    "lowest {:.3}",
-                    self.rows
-                        .iter()
-                        .map(|r| r.adaptive.speedup)
-                        .fold(f64::INFINITY, f64::min)
-                )
-            } else {
-                format!("below: {}", lost.join("; "))
-            },
-        })
+            &all,
+            |r| r.adaptive.speedup,
+            0.99,
+            "below",
+            "there is no workload here",
+        ))
     }
 
     /// The adaptive search against the linear one: fewer windows, not slower.
